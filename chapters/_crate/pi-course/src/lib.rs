@@ -1,0 +1,1 @@
+//! pi-course: build a coding agent ("pi") one chapter at a time.
