@@ -6,17 +6,28 @@ use course_cli::files::{self, HELD_OUT_DIR};
 
 #[test]
 fn embedded_data_equals_the_checkout_without_held_out_tests() {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
     let mut on_disk = files::load_checkout(repo).unwrap();
-    let held_out: Vec<String> =
-        on_disk.keys().filter(|path| path.starts_with(&format!("{HELD_OUT_DIR}/"))).cloned().collect();
+    let held_out: Vec<String> = on_disk
+        .keys()
+        .filter(|path| path.starts_with(&format!("{HELD_OUT_DIR}/")))
+        .cloned()
+        .collect();
     for path in &held_out {
         on_disk.remove(path);
     }
     let embedded = files::embedded();
     assert!(embedded.keys().all(|path| !path.starts_with(HELD_OUT_DIR)));
-    assert_eq!(embedded.keys().collect::<Vec<_>>(), on_disk.keys().collect::<Vec<_>>());
-    assert!(embedded == on_disk, "embedded content differs from the checkout");
+    assert_eq!(
+        embedded.keys().collect::<Vec<_>>(),
+        on_disk.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        embedded == on_disk,
+        "embedded content differs from the checkout"
+    );
 }
 
 #[test]

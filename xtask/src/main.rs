@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use course_cli::assemble;
+use course_cli::catalog::Chapter;
 use course_cli::runner::run_chapter;
 
 #[derive(Parser)]
@@ -60,14 +61,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn test(chapter: &str, group: Option<&str>) -> Result<bool, String> {
+/// The course, the resolved chapter, and its reference snapshot with a stamp.
+fn instructor_snapshot(
+    input: &str,
+) -> Result<(checkout::Course, Chapter, assemble::Snapshot), String> {
     let course = checkout::Course::load()?;
     let chapter = course
         .catalog
-        .resolve(chapter)
-        .map_err(|error| error.to_string())?;
+        .resolve(input)
+        .map_err(|error| error.to_string())?
+        .clone();
     let snapshot = assemble::instructor_snapshot(&course.catalog, &course.data, &chapter.id)
         .map_err(|error| error.to_string())?;
+    Ok((course, chapter, snapshot))
+}
+
+fn test(input: &str, group: Option<&str>) -> Result<bool, String> {
+    let (course, chapter, snapshot) = instructor_snapshot(input)?;
     let settings = course.materialize(&format!("{}-reference", chapter.id), &snapshot)?;
     println!("第 {} 章（参考实现）：{}", chapter.id, chapter.title);
     let reports =
@@ -78,14 +88,8 @@ fn test(chapter: &str, group: Option<&str>) -> Result<bool, String> {
     Ok(reports.iter().all(|report| report.is_green()))
 }
 
-fn snapshot(chapter: &str, dir: &std::path::Path) -> Result<bool, String> {
-    let course = checkout::Course::load()?;
-    let chapter = course
-        .catalog
-        .resolve(chapter)
-        .map_err(|error| error.to_string())?;
-    let snapshot = assemble::instructor_snapshot(&course.catalog, &course.data, &chapter.id)
-        .map_err(|error| error.to_string())?;
+fn snapshot(input: &str, dir: &std::path::Path) -> Result<bool, String> {
+    let (_, chapter, snapshot) = instructor_snapshot(input)?;
     let written = course_cli::write::write_new_workspace(&snapshot, dir)
         .map_err(|error| error.to_string())?;
     println!("已写入第 {} 章参考快照：{}", chapter.id, written.display());
