@@ -39,12 +39,18 @@ impl Course {
         })
     }
 
-    /// Writes `snapshot` into `target/course/<name>`; every snapshot shares one target dir,
-    /// so dependencies are compiled once.
-    pub fn materialize(&self, name: &str, snapshot: &Snapshot) -> Result<RunSettings, String> {
-        let dir = self.scratch.join(name);
+    /// Makes `target/course/workspace` hold `snapshot` and returns how to run cargo there.
+    ///
+    /// Every snapshot goes through this one directory on purpose. Cargo hashes a workspace
+    /// member by its path relative to the workspace root, so snapshots in sibling directories
+    /// sharing one target dir would collide on the same artifacts and fingerprints, and a
+    /// stale binary could be judged. In one directory, rewriting the changed files is enough
+    /// for cargo to rebuild exactly what changed, while the compiled dependencies are reused.
+    /// `label` only names the snapshot in messages.
+    pub fn materialize(&self, label: &str, snapshot: &Snapshot) -> Result<RunSettings, String> {
+        let dir = self.scratch.join("workspace");
         sync_scratch_dir(snapshot, &dir)
-            .map_err(|error| format!("写入 {} 失败：{error}", dir.display()))?;
+            .map_err(|error| format!("写入快照 {label} 到 {} 失败：{error}", dir.display()))?;
         Ok(RunSettings {
             workspace: dir,
             target_dir: Some(self.shared_target_dir()),

@@ -17,11 +17,12 @@ use course_cli::learning;
     about = "生成 pi-course 某一章的独立练习工作区",
     help_template = "{about}\n\n用法：{usage}\n\n{all-args}",
     disable_help_flag = true,
-    disable_version_flag = true
+    disable_version_flag = true,
+    allow_negative_numbers = true
 )]
 struct Cli {
     /// 章节编号，例如 06 或 6
-    #[arg(allow_hyphen_values = true, help_heading = "参数")]
+    #[arg(help_heading = "参数")]
     chapter: Option<String>,
     /// 输出目录（必须不存在或为空）；默认 ../pi-practice-NN
     #[arg(help_heading = "参数")]

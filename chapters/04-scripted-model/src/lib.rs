@@ -1,0 +1,5 @@
+//! pi-course: build a coding agent ("pi") one chapter at a time.
+
+pub mod event_stream;
+pub mod scripted_model;
+pub mod types;

@@ -1,0 +1,221 @@
+//! The canonical message IR: what every later layer (model, provider, tools, loop) speaks.
+//!
+//! The serde attributes give exactly pi's wire JSON: `role` / `type` tags, camelCase fields,
+//! optional fields omitted when absent.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::event_stream::EventStream;
+
+/// `{"type":"text","text":…}`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "text")]
+pub struct TextContent {
+    pub text: String,
+}
+
+/// A tool call proposed by the model. `arguments` stays untyped until a tool's schema parses
+/// it (chapter 06); `raw_arguments` keeps the provider's original text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "toolCall", rename_all = "camelCase")]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_arguments: Option<String>,
+}
+
+/// A block of assistant content. Each block carries its own `type` tag, so the enum itself
+/// adds none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AssistantContent {
+    Text(TextContent),
+    ToolCall(ToolCall),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub const EMPTY: Usage = Usage {
+        input: 0,
+        output: 0,
+        total_tokens: 0,
+    };
+}
+
+/// Five reasons; upstream pi has more, the course deliberately keeps these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    Stop,
+    Length,
+    ToolUse,
+    Error,
+    Aborted,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserMessage {
+    pub content: Vec<TextContent>,
+    pub timestamp: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssistantMessage {
+    pub content: Vec<AssistantContent>,
+    pub provider: String,
+    pub model: String,
+    pub usage: Usage,
+    pub stop_reason: StopReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    pub timestamp: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResultMessage {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub content: Vec<TextContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    pub is_error: bool,
+    pub timestamp: u64,
+}
+
+/// The first system message is the base prompt; later ones are patches: non-empty `content`
+/// is appended, `sections` replace by name, a `null` section deletes it. Section order is
+/// insertion order (serde_json's `preserve_order`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemMessage {
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sections: Option<Map<String, Value>>,
+    pub timestamp: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "camelCase")]
+pub enum AgentMessage {
+    System(SystemMessage),
+    User(UserMessage),
+    Assistant(AssistantMessage),
+    ToolResult(ToolResultMessage),
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AgentContext {
+    pub messages: Vec<AgentMessage>,
+}
+
+/// What a model stream emits. Tags are snake_case, fields camelCase, as in pi.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum ModelEvent {
+    Start {
+        partial: AssistantMessage,
+    },
+    TextDelta {
+        content_index: usize,
+        delta: String,
+        partial: AssistantMessage,
+    },
+    ToolcallDelta {
+        content_index: usize,
+        delta: String,
+        partial: AssistantMessage,
+    },
+    ToolcallEnd {
+        content_index: usize,
+        tool_call: ToolCall,
+        partial: AssistantMessage,
+    },
+    Done {
+        reason: StopReason,
+        message: AssistantMessage,
+    },
+    Error {
+        reason: StopReason,
+        error: AssistantMessage,
+    },
+}
+
+/// Message text of the error raised when a non-terminal event reaches the extractor.
+pub const NOT_TERMINAL: &str = "非终态事件不能生成最终消息";
+
+pub type AssistantMessageEventStream = EventStream<ModelEvent, AssistantMessage>;
+
+/// A model stream: `done` and `error` are both terminal, and both settle `result()`.
+pub fn assistant_message_event_stream() -> AssistantMessageEventStream {
+    panic!("Lab 3.2 assistant_message_event_stream 尚未实现")
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct StreamOptions {
+    pub cancel: Option<CancellationToken>,
+}
+
+pub trait Model: Send + Sync {
+    fn stream(&self, context: &AgentContext, options: StreamOptions)
+        -> AssistantMessageEventStream;
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn text(_value: &str) -> TextContent {
+    panic!("Lab 3.1 text 尚未实现")
+}
+
+pub fn user_message(_value: &str) -> AgentMessage {
+    panic!("Lab 3.1 user_message 尚未实现")
+}
+
+/// An assistant message with the scripted defaults (`scripted` / `scripted-v1`, empty usage).
+pub fn assistant_message(
+    _content: Vec<AssistantContent>,
+    _stop_reason: StopReason,
+) -> AssistantMessage {
+    panic!("Lab 3.1 assistant_message 尚未实现")
+}
+
+/// A lossy text projection: text blocks joined by newlines, tool calls left out.
+pub fn text_of(_message: &AgentMessage) -> String {
+    panic!("Lab 3.1 text_of 尚未实现")
+}
+
+/// `content`, then each non-null section in order; empty parts skipped; joined by blank lines.
+pub fn system_message_text(_message: &SystemMessage) -> String {
+    panic!("Lab 3.3 system_message_text 尚未实现")
+}
+
+/// Ordered replay of every system message into one. Pure: inputs are not modified.
+pub fn current_system_message(_messages: &[AgentMessage]) -> Option<SystemMessage> {
+    panic!("Lab 3.3 current_system_message 尚未实现")
+}
+
+/// The system prompt the model should see now, or `None` without any system message.
+pub fn current_system_prompt(_messages: &[AgentMessage]) -> Option<String> {
+    panic!("Lab 3.3 current_system_prompt 尚未实现")
+}
