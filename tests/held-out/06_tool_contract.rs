@@ -1,0 +1,121 @@
+//! Held-out tests for chapter 06 (instructor only): other ids and names, `null` for an
+//! optional string, a panicking tool, and a call id the caller cannot override.
+
+use std::time::Duration;
+
+use pi_course::tool::*;
+use pi_course::types::{ToolCall, ToolResultMessage};
+use serde_json::{json, Value};
+
+fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments,
+        raw_arguments: None,
+    }
+}
+
+fn first_text(result: &ToolResultMessage) -> &str {
+    &result.content[0].text
+}
+
+fn grep_tool() -> SharedTool {
+    let schema = object_schema((
+        field("pattern", string_value()),
+        field("path", optional_string()),
+    ));
+    Tool::new(
+        "grep",
+        "Search files",
+        schema,
+        |(pattern, path), context: ToolContext| async move {
+            if pattern == "panic" {
+                panic!("pattern was {pattern}");
+            }
+            Ok(ToolOutput::text(&format!(
+                "{}:{pattern}:{}",
+                context.call_id,
+                path.unwrap_or_default()
+            )))
+        },
+    )
+    .shared()
+}
+
+async fn run(call: &ToolCall) -> ToolResultMessage {
+    let registry = ToolRegistry::new(vec![grep_tool()]).unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        execute_tool_call(call, &registry, CallContext::default()),
+    )
+    .await
+    .expect("1 秒内返回")
+}
+
+#[tokio::test]
+async fn other_ids_and_names_are_kept_on_every_path() {
+    for (id, name, arguments) in [
+        ("call_9f", "grep", json!({"pattern": "fn", "path": "src"})),
+        ("x-2", "grep", json!({"pattern": 3})),
+        ("z", "Grep", json!({"pattern": "fn"})),
+    ] {
+        let result = run(&call(id, name, arguments)).await;
+        assert_eq!(
+            (result.tool_call_id.as_str(), result.tool_name.as_str()),
+            (id, name)
+        );
+    }
+    assert_eq!(
+        first_text(
+            &run(&call(
+                "call_9f",
+                "grep",
+                json!({"pattern": "fn", "path": "src"})
+            ))
+            .await
+        ),
+        "call_9f:fn:src"
+    );
+    assert_eq!(
+        first_text(&run(&call("z", "Grep", json!({}))).await),
+        "Tool Grep failed: 未知工具",
+        "名称区分大小写"
+    );
+}
+
+#[tokio::test]
+async fn null_is_not_absent_for_an_optional_string() {
+    let result = run(&call("n", "grep", json!({"pattern": "fn", "path": null}))).await;
+    assert!(result.is_error);
+    assert_eq!(result.details, Some(json!({"error": "必须是 string"})));
+}
+
+#[tokio::test]
+async fn a_panicking_tool_yields_a_paired_error_result() {
+    let result = run(&call("p-1", "grep", json!({"pattern": "panic"}))).await;
+    assert_eq!(result.tool_call_id, "p-1");
+    assert!(result.is_error);
+    let message = first_text(&result);
+    assert!(message.starts_with("Tool grep failed: "), "{message}");
+    assert!(message.contains("pattern was panic"), "{message}");
+    assert!(
+        !message.contains("stack backtrace") && !message.contains("src/"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn the_call_id_comes_from_the_call_even_with_a_shared_context() {
+    let context = CallContext::default();
+    let registry = ToolRegistry::new(vec![grep_tool()]).unwrap();
+    for id in ["first", "second"] {
+        let result = execute_tool_call(
+            &call(id, "grep", json!({"pattern": "p"})),
+            &registry,
+            context.clone(),
+        )
+        .await;
+        assert_eq!(first_text(&result), format!("{id}:p:"));
+    }
+}
