@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::tool::ToolRegistry;
 use crate::types::{
-    AgentContext, AgentMessage, AssistantMessage, Model, ModelEvent, TextContent, ToolCall,
-    ToolResultMessage,
+    AgentContext, AgentMessage, AssistantContent, AssistantMessage, Model, ModelEvent, StopReason,
+    TextContent, ToolCall, ToolResultMessage,
 };
 
 /// Why a run ended.
@@ -74,14 +74,33 @@ impl AgentLoopOptions {
 }
 
 /// A paired result for a call the loop decided not to run: content
-/// `Tool call was not executed because …`, details `{"skipped": true, "reason": …}`.
+/// the explanation sentence given in the chapter guide, details `{"skipped": true, "reason": …}`.
 pub fn skipped_result(_call: &ToolCall, _reason: &str) -> ToolResultMessage {
     panic!("Lab 7.3 skipped_result 尚未实现")
 }
 
-/// Runs the loop to its single end. Suggested order of work: 7.1 collect one model turn and
-/// finish on a plain stop; 7.2 one tool call and its result; 7.3 the non-executing endings;
-/// 7.4 a concurrent batch; 7.5 cancellation and the step bound.
-pub async fn run_agent_loop(_options: AgentLoopOptions) -> AgentRunResult {
+/// Runs the loop to its single end. The branches below are where each Lab's work goes; the
+/// cancellation checks and the `max_steps` bound (Lab 7.5) wrap around all of them.
+pub async fn run_agent_loop(options: AgentLoopOptions) -> AgentRunResult {
+    let assistant = collect_model_turn(&options, &options.context.messages).await;
+    let calls = assistant
+        .content
+        .iter()
+        .filter(|block| matches!(block, AssistantContent::ToolCall(_)))
+        .count();
+    match (assistant.stop_reason, calls) {
+        (StopReason::Stop, 0) => panic!("Lab 7.1 纯文本 stop 的结束 尚未实现"),
+        (StopReason::ToolUse, 1) => panic!("Lab 7.2 单工具往返 尚未实现"),
+        (StopReason::ToolUse, n) if n > 1 => panic!("Lab 7.4 并发批次 尚未实现"),
+        _ => panic!("Lab 7.3 非执行终态 尚未实现"),
+    }
+}
+
+/// Lab 7.1: request the model with the messages so far and the registry's definitions,
+/// forward every event, and return the final assistant message.
+async fn collect_model_turn(
+    _options: &AgentLoopOptions,
+    _messages: &[AgentMessage],
+) -> AssistantMessage {
     panic!("Lab 7.1 收集模型终态 尚未实现")
 }
