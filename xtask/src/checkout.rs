@@ -24,6 +24,9 @@ pub struct Course {
     pub data: FileSet,
     pub catalog: Catalog,
     scratch: PathBuf,
+    /// Held for the whole run: every snapshot shares `target/course/workspace`, so two xtask
+    /// runs in one checkout must not interleave. The OS releases it if the process dies.
+    _lock: std::fs::File,
 }
 
 impl Course {
@@ -32,10 +35,25 @@ impl Course {
         let data =
             files::load_checkout(&root).map_err(|error| format!("读取课程数据失败：{error}"))?;
         let catalog = Catalog::from_files(&data).map_err(|error| error.to_string())?;
+        let scratch = root.join("target").join("course");
+        std::fs::create_dir_all(&scratch)
+            .map_err(|error| format!("创建 {} 失败：{error}", scratch.display()))?;
+        let lock_path = scratch.join(".lock");
+        let lock = std::fs::File::create(&lock_path)
+            .map_err(|error| format!("创建锁文件 {} 失败：{error}", lock_path.display()))?;
+        if lock.try_lock().is_err() {
+            eprintln!(
+                "另一个 cargo xtask 正在使用 {}，等待它结束……",
+                scratch.display()
+            );
+            lock.lock()
+                .map_err(|error| format!("等待锁 {} 失败：{error}", lock_path.display()))?;
+        }
         Ok(Course {
             data,
             catalog,
-            scratch: root.join("target").join("course"),
+            scratch,
+            _lock: lock,
         })
     }
 
