@@ -61,19 +61,22 @@ mod queue {
     }
 
     #[tokio::test]
-    async fn pushes_after_the_terminal_are_dropped_and_end_keeps_the_result() {
+    async fn pushes_after_the_terminal_are_dropped() {
         within_a_second(async {
             let stream = stream();
             stream.push(done("first"));
             stream.push(delta("late"));
             stream.push(done("second"));
-            stream.end("from end".into());
             assert_eq!(
                 drain(&stream).await,
                 [done("first")],
                 "终态之后的 push 必须被丢弃"
             );
-            assert_eq!(stream.result().await, "first", "end 不能改写已经确定的结果");
+            assert_eq!(
+                stream.result().await,
+                "first",
+                "第二个终态不能改写已经确定的结果"
+            );
         })
         .await;
     }
@@ -126,6 +129,58 @@ mod waiter {
                 assert_eq!(reader.await.unwrap(), None, "end 必须唤醒所有等待者");
             }
             assert_eq!(result.await.unwrap(), "Z");
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_terminal_push_wakes_the_waiting_reader_and_finishes_the_stream() {
+        within_a_second(async {
+            let stream = stream();
+            let reader = tokio::spawn({
+                let stream = stream.clone();
+                async move { stream.next().await }
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            stream.push(done("X"));
+            assert_eq!(
+                reader.await.unwrap(),
+                Some(done("X")),
+                "等待中的读者也要收到终态事件"
+            );
+            assert_eq!(
+                stream.next().await,
+                None,
+                "终态直接交给等待者时，流同样要标记为结束"
+            );
+            assert_eq!(stream.result().await, "X");
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn end_keeps_queued_events_and_never_changes_a_settled_result() {
+        within_a_second(async {
+            let queued = stream();
+            queued.push(delta("A"));
+            queued.end("E".into());
+            queued.push(delta("after end"));
+            assert_eq!(
+                drain(&queued).await,
+                [delta("A")],
+                "end 不清空已排队的事件，也不产生新事件；end 之后的 push 被丢弃"
+            );
+            assert_eq!(queued.result().await, "E");
+
+            let settled = stream();
+            settled.push(done("first"));
+            settled.end("from end".into());
+            assert_eq!(drain(&settled).await, [done("first")]);
+            assert_eq!(
+                settled.result().await,
+                "first",
+                "end 不能改写已经确定的结果"
+            );
         })
         .await;
     }

@@ -86,6 +86,75 @@ mod projection {
             "assistant_message 的默认值与 pi 的 wire 形状必须一致"
         );
     }
+
+    #[test]
+    fn model_events_and_messages_round_trip_through_pi_json() {
+        let mut partial =
+            assistant_message(vec![AssistantContent::Text(text("先"))], StopReason::Stop);
+        partial.timestamp = 2;
+        let event = ModelEvent::TextDelta {
+            content_index: 0,
+            delta: "先".into(),
+            partial: partial.clone(),
+        };
+        let wire_partial = json!({"role": "assistant", "content": [{"type": "text", "text": "先"}],
+            "provider": "scripted", "model": "scripted-v1",
+            "usage": {"input": 0, "output": 0, "totalTokens": 0},
+            "stopReason": "stop", "timestamp": 2});
+        let mut wire_event = json!({"type": "text_delta", "contentIndex": 0, "delta": "先"});
+        let mut partial_fields = wire_partial.clone();
+        partial_fields.as_object_mut().unwrap().remove("role");
+        wire_event["partial"] = partial_fields;
+        assert_eq!(
+            serde_json::to_value(&event).unwrap(),
+            wire_event,
+            "模型事件的 type 是 snake_case，字段是 camelCase"
+        );
+        assert_eq!(
+            serde_json::from_value::<ModelEvent>(wire_event).unwrap(),
+            event
+        );
+
+        let reasons = [
+            StopReason::Stop,
+            StopReason::Length,
+            StopReason::ToolUse,
+            StopReason::Error,
+            StopReason::Aborted,
+        ]
+        .map(|reason| serde_json::to_value(reason).unwrap());
+        assert_eq!(
+            reasons,
+            ["stop", "length", "toolUse", "error", "aborted"].map(|name| json!(name))
+        );
+
+        let failed: AgentMessage = serde_json::from_value(json!({
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "读取中"},
+                {"type": "toolCall", "id": "c9", "name": "read",
+                 "arguments": {"path": "b.rs"}, "rawArguments": "{\"path\":\"b.rs\"}"}
+            ],
+            "provider": "p", "model": "m",
+            "usage": {"input": 3, "output": 4, "totalTokens": 7},
+            "stopReason": "error", "errorMessage": "socket reset", "timestamp": 9
+        }))
+        .expect("pi 的 assistant JSON 必须能读回");
+        assert_eq!(text_of(&failed), "读取中");
+        let AgentMessage::Assistant(failed) = failed else {
+            panic!("role 为 assistant 的 JSON 必须读成 Assistant")
+        };
+        assert_eq!(failed.error_message.as_deref(), Some("socket reset"));
+        assert_eq!(
+            failed.content[1],
+            AssistantContent::ToolCall(ToolCall {
+                id: "c9".into(),
+                name: "read".into(),
+                arguments: json!({"path": "b.rs"}),
+                raw_arguments: Some("{\"path\":\"b.rs\"}".into()),
+            })
+        );
+    }
 }
 
 mod terminal {
@@ -119,26 +188,63 @@ mod terminal {
     }
 
     #[tokio::test]
-    async fn done_is_terminal_and_later_events_are_dropped() {
+    async fn only_done_or_error_finish_the_stream_and_later_events_are_dropped() {
         tokio::time::timeout(Duration::from_secs(1), async {
             let stream = assistant_message_event_stream();
-            let partial = assistant_literal(vec![], StopReason::Stop);
-            let finished =
-                assistant_literal(vec![AssistantContent::Text(text("ok"))], StopReason::Stop);
+            let partial = assistant_literal(vec![], StopReason::ToolUse);
+            let tool_call = ToolCall {
+                id: "c1".into(),
+                name: "read".into(),
+                arguments: json!({"path": "a.txt"}),
+                raw_arguments: None,
+            };
+            let finished = assistant_literal(
+                vec![
+                    AssistantContent::Text(text("ok")),
+                    AssistantContent::ToolCall(tool_call.clone()),
+                ],
+                StopReason::ToolUse,
+            );
             stream.push(ModelEvent::Start {
                 partial: partial.clone(),
             });
+            stream.push(ModelEvent::TextDelta {
+                content_index: 0,
+                delta: "ok".into(),
+                partial: partial.clone(),
+            });
+            stream.push(ModelEvent::ToolcallEnd {
+                content_index: 1,
+                tool_call,
+                partial: partial.clone(),
+            });
             stream.push(ModelEvent::Done {
-                reason: StopReason::Stop,
+                reason: StopReason::ToolUse,
                 message: finished.clone(),
             });
-            stream.push(ModelEvent::Start { partial });
-            let mut count = 0;
-            while stream.next().await.is_some() {
-                count += 1;
+            stream.push(ModelEvent::Error {
+                reason: StopReason::Error,
+                error: partial,
+            });
+            let mut kinds = Vec::new();
+            while let Some(event) = stream.next().await {
+                kinds.push(serde_json::to_value(&event).unwrap()["type"].clone());
             }
-            assert_eq!(count, 2, "done 之后的事件必须被丢弃");
-            assert_eq!(stream.result().await, finished);
+            assert_eq!(
+                kinds,
+                [
+                    json!("start"),
+                    json!("text_delta"),
+                    json!("toolcall_end"),
+                    json!("done")
+                ],
+                "只有 done / error 是终态；done 之后的事件必须被丢弃"
+            );
+            assert_eq!(
+                stream.result().await,
+                finished,
+                "done 的 result 是它携带的 message"
+            );
         })
         .await
         .expect("done 事件必须是终态：1 秒内流没有结束");
@@ -201,6 +307,31 @@ mod system_prompt {
             ordered.as_deref(),
             Some("B2\n\nA"),
             "段落按首次出现的顺序输出，覆盖不改变位置"
+        );
+    }
+
+    #[test]
+    fn system_text_joins_content_then_sections_and_skips_empty_parts() {
+        let AgentMessage::System(sectioned) = system(
+            "",
+            Some(json!({"first": "A", "empty": "", "removed": null, "last": "B"})),
+            1,
+        ) else {
+            unreachable!()
+        };
+        assert_eq!(
+            system_message_text(&sectioned),
+            "A\n\nB",
+            "空 content、空段落和 null 段落都不进入 prompt 文本"
+        );
+        let AgentMessage::System(plain) = system("only", None, 1) else {
+            unreachable!()
+        };
+        assert_eq!(system_message_text(&plain), "only");
+        assert_eq!(
+            text_of(&AgentMessage::System(sectioned)),
+            "A\n\nB",
+            "system message 的文本投影就是它的 prompt 文本"
         );
     }
 

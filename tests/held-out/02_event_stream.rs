@@ -1,8 +1,19 @@
 //! Held-out tests for chapter 02 (instructor only): other values, a reader that gives up.
 
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use pi_course::event_stream::EventStream;
+
+/// Polls once: ready now, or not. Not a timing assertion.
+fn ready_now<F: Future>(future: F) -> Option<F::Output> {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(value) => Some(value),
+        Poll::Pending => None,
+    }
+}
 
 fn numbers() -> EventStream<i64, i64> {
     EventStream::new(|value: &i64| *value < 0, |value: &i64| -value)
@@ -36,4 +47,40 @@ async fn an_abandoned_reader_does_not_swallow_the_next_event() {
         .await
         .unwrap();
     assert_eq!(next, Some(42));
+}
+
+#[tokio::test]
+async fn a_reader_woken_by_the_terminal_already_finds_the_result() {
+    tokio::time::timeout(Duration::from_secs(1), async {
+        let stream = numbers();
+        let reader = tokio::spawn({
+            let stream = stream.clone();
+            async move {
+                let event = stream.next().await;
+                (event, ready_now(stream.result()))
+            }
+        });
+        tokio::task::yield_now().await;
+        stream.push(-21);
+        assert_eq!(reader.await.unwrap(), (Some(-21), Some(21)));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn end_on_an_untouched_stream_finishes_every_clone() {
+    tokio::time::timeout(Duration::from_secs(1), async {
+        let stream = numbers();
+        let other = stream.clone();
+        assert_eq!(ready_now(other.result()), None);
+        stream.end(99);
+        stream.end(100);
+        other.push(7);
+        assert_eq!(other.next().await, None);
+        assert_eq!(stream.next().await, None);
+        assert_eq!(other.result().await, 99);
+    })
+    .await
+    .unwrap();
 }
