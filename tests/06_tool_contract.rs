@@ -323,6 +323,54 @@ mod executor {
     }
 
     #[tokio::test]
+    async fn a_panicking_tool_still_returns_a_paired_error_result() {
+        within_a_second(async {
+            let fragile = Tool::new(
+                "fragile",
+                "Panics on purpose",
+                value_schema(),
+                |value: String, _context| async move {
+                    if value == "crash" {
+                        panic!("fragile tool gave up");
+                    }
+                    Ok(ToolOutput::text(&value))
+                },
+            )
+            .shared();
+            let registry = ToolRegistry::new(vec![fragile]).unwrap();
+            // Spawned so that an executor which lets the panic escape fails with a clear message.
+            let outcome = tokio::spawn(async move {
+                execute_tool_call(
+                    &call("p-7", "fragile", json!({"value": "crash"})),
+                    &registry,
+                    CallContext::default(),
+                )
+                .await
+            })
+            .await;
+            let result = outcome.expect("工具 panic 不能让执行器一起崩溃，必须变成失败结果");
+            assert_eq!(
+                (result.tool_call_id.as_str(), result.tool_name.as_str()),
+                ("p-7", "fragile"),
+                "panic 的结果同样沿用原调用的 id 与 name"
+            );
+            assert!(result.is_error, "panic 的结果必须 isError: true");
+            let message = result
+                .details
+                .as_ref()
+                .and_then(|details| details["error"].as_str())
+                .expect("失败结果的 details 是 {\"error\": message}")
+                .to_string();
+            assert_eq!(
+                result.content,
+                vec![text(&format!("Tool fragile failed: {message}"))],
+                "panic 与其他失败共用同一种结果形状"
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
     async fn the_tool_sees_the_call_id_the_callers_token_and_progress_and_its_output_is_kept() {
         within_a_second(async {
             let reports: Arc<Mutex<Vec<Vec<TextContent>>>> = Arc::default();

@@ -512,7 +512,7 @@ pub async fn execute_tool_call(
         cancel: context.cancel,
         progress: context.progress,
     };
-    let outcome = run_catching_panics(prepared.run(tool_context)).await;
+    let outcome = run_catching_panics(prepared, tool_context).await;
     // 4. normalise.
     match outcome {
         Ok(output) => ToolResultMessage {
@@ -543,7 +543,13 @@ pub const TOOL_PANICKED: &str = "工具执行时发生 panic";
 
 /// Runs the tool on its own task so a panic becomes an error value instead of unwinding
 /// through the executor. The task is aborted if the executor's future is dropped.
-async fn run_catching_panics(future: ToolFuture) -> Result<ToolOutput, String> {
+///
+/// The tool's closure is called *inside* the task: a closure that panics before it even
+/// returns its future is caught by the same boundary as a future that panics while polled.
+async fn run_catching_panics(
+    prepared: PreparedCall,
+    context: ToolContext,
+) -> Result<ToolOutput, String> {
     struct AbortOnDrop(tokio::task::AbortHandle);
     impl Drop for AbortOnDrop {
         fn drop(&mut self) {
@@ -551,7 +557,7 @@ async fn run_catching_panics(future: ToolFuture) -> Result<ToolOutput, String> {
         }
     }
 
-    let handle = tokio::spawn(future);
+    let handle = tokio::spawn(async move { prepared.run(context).await });
     let _guard = AbortOnDrop(handle.abort_handle());
     match handle.await {
         Ok(Ok(output)) => Ok(output),
