@@ -1,4 +1,4 @@
-//! Embeds the course data (chapters, skeletons, learner-visible tests) into the binary.
+//! Embeds the course data (chapters, learner-visible tests, the runner crate) into the binary.
 //!
 //! include_dir cannot leave out a subtree, and instructor-only tests under `tests/held-out`
 //! must never ship, so the file list is generated here instead. Each file is pulled in with
@@ -11,7 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Data directories, relative to the repository root.
-const DATA_DIRS: &[&str] = &["chapters", "skeletons", "tests"];
+/// Keep in step with `files::DATA_DIRS` (the embedded-data test compares the two sets).
+const DATA_DIRS: &[&str] = &["chapters", "tests", "course-cli/runner"];
 /// Never embedded: instructor-only material.
 const EXCLUDED: &[&str] = &["tests/held-out"];
 

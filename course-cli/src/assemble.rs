@@ -1,219 +1,306 @@
-//! Pure assembly of workspaces as in-memory file sets.
+//! Pure assembly of workspaces as in-memory file sets. Nothing here touches the disk.
 //!
-//! - reference N = base + overlays of every chapter up to N + their acceptance tests
-//! - practice N  = reference of N's previous chapter + N's tests + N's non-edit files
-//!   + N's skeleton + LEARNING.md + stamp (observe mode: reference N + LEARNING.md + stamp)
-//!
-//! Nothing here touches the disk; writing is `write`'s job, running is xtask's.
+//! - reference N  = base + the files of every chapter in N's chain (markers stripped) + their tests
+//! - lab state    = reference of N's previous chapter + N's files, where each edit file keeps the
+//!   regions of the solved Labs and stubs the rest, + the tests of N's chain
+//! - practice N   = the lab state with no Lab solved + LEARNING.md, CHAPTER.md, stamp
+//!   (observe mode: reference N + the same documents)
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::catalog::{Catalog, Chapter, Mode, Mutation, BASE_DIR};
-use crate::files::{under, FileSet, HELD_OUT_DIR};
-use crate::learning;
-use crate::runner::{content_hash, Stamp, LEARNER_PACKAGE, STAMP_FILE};
+use course_runner::practice::PRISTINE_DIR;
+use course_runner::{content_hash, LabId, Stamp, STAMP_FILE};
 
-/// The runner shared with every practice workspace's xtask.
-const RUNNER_SOURCE: &str = include_str!("runner.rs");
-/// Where the runner lands in a generated workspace.
-pub const RUNNER_PATH: &str = "xtask/src/runner.rs";
+use crate::catalog::{Catalog, Chapter, Kind, Mistake, Mode, BASE_DIR};
+use crate::files::{under, FileSet};
+use crate::learning;
+use crate::paths::{CrateFile, RepoPath, WorkspacePath};
+use crate::regions::RegionSource;
+
 pub const COURSE_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The runner crate in the course repository, and where every workspace carries it.
+pub const RUNNER_SOURCE_DIR: &str = "course-cli/runner";
+pub const RUNNER_WORKSPACE_DIR: &str = "xtask/runner";
 
 /// Workspace-relative path → content.
-pub type Snapshot = BTreeMap<String, Vec<u8>>;
+pub type Snapshot = BTreeMap<WorkspacePath, Vec<u8>>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AssembleError {
-    UnknownChapter(String),
-    MissingFile(String),
+    MissingFile(RepoPath),
     NoBase,
-    Mutation { name: String, reason: String },
+    Regions { path: RepoPath, problem: String },
+    Mistake { name: String, reason: String },
 }
 
 impl fmt::Display for AssembleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AssembleError::UnknownChapter(id) => write!(f, "课程数据中没有第 {id} 章"),
             AssembleError::MissingFile(path) => write!(f, "课程数据缺少文件 {path}"),
             AssembleError::NoBase => write!(f, "课程数据缺少基础工作区 {BASE_DIR}"),
-            AssembleError::Mutation { name, reason } => write!(f, "变异 {name} 无法应用：{reason}"),
+            AssembleError::Regions { path, problem } => {
+                write!(f, "{path} 的 Lab 区域有误：{problem}")
+            }
+            AssembleError::Mistake { name, reason } => {
+                write!(f, "错误实现 {name} 无法应用：{reason}")
+            }
         }
     }
 }
 
 impl std::error::Error for AssembleError {}
 
-/// Learner-crate path → workspace path.
-pub fn crate_path(file: &str) -> String {
-    format!("{LEARNER_PACKAGE}/{file}")
+/// Which Labs of the practised chapter count as solved in a state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Solved {
+    None,
+    /// Every Lab before this one: the state a learner has when starting it.
+    Before(LabId),
 }
 
-/// Workspace path of a chapter's acceptance tests.
-pub fn test_path(test: &str) -> String {
-    crate_path(&format!("tests/{test}"))
+impl Solved {
+    fn covers(self, lab: LabId) -> bool {
+        match self {
+            Solved::None => false,
+            Solved::Before(first_open) => lab < first_open,
+        }
+    }
 }
 
-/// Workspace path of held-out tests, kept apart from the acceptance tests by name.
-pub fn held_out_path(held_out: &str) -> String {
-    crate_path(&format!("tests/held_out_{held_out}"))
-}
-
-fn read<'a>(data: &'a FileSet, path: &str) -> Result<&'a [u8], AssembleError> {
-    data.get(path)
+fn read<'a>(data: &'a FileSet, path: &RepoPath) -> Result<&'a [u8], AssembleError> {
+    data.get(path.as_str())
         .map(Vec::as_slice)
-        .ok_or_else(|| AssembleError::MissingFile(path.to_string()))
+        .ok_or_else(|| AssembleError::MissingFile(path.clone()))
 }
 
-fn chapter<'a>(catalog: &'a Catalog, id: &str) -> Result<&'a Chapter, AssembleError> {
-    catalog
-        .get(id)
-        .ok_or_else(|| AssembleError::UnknownChapter(id.to_string()))
+/// The regions of one reference source.
+pub fn region_source(data: &FileSet, path: &RepoPath) -> Result<RegionSource, AssembleError> {
+    let text = String::from_utf8_lossy(read(data, path)?).into_owned();
+    RegionSource::parse(&text).map_err(|error| AssembleError::Regions {
+        path: path.clone(),
+        problem: error.to_string(),
+    })
 }
 
-/// The base workspace: root manifest, lock file, cargo alias, xtask, empty learner crate.
+/// The base workspace: root manifest, lock file, cargo alias, the practice xtask and its
+/// runner crate, the empty learner crate.
 fn base(data: &FileSet) -> Result<Snapshot, AssembleError> {
     let mut snapshot: Snapshot = under(data, BASE_DIR)
         .map(|(path, bytes)| {
-            // A file literally named `.gitignore` would be ignored by tooling that honours it
-            // while packaging, so the base stores it without the dot.
+            // Stored without the dot, so tooling that honours `.gitignore` still packages it.
             let path = if path == "gitignore" {
                 ".gitignore"
             } else {
                 path
             };
-            (path.to_string(), bytes.to_vec())
+            (WorkspacePath::new(path), bytes.to_vec())
         })
         .collect();
     if snapshot.is_empty() {
         return Err(AssembleError::NoBase);
     }
-    snapshot.insert(RUNNER_PATH.to_string(), RUNNER_SOURCE.as_bytes().to_vec());
+    for (path, bytes) in under(data, RUNNER_SOURCE_DIR) {
+        snapshot.insert(
+            WorkspacePath::new(format!("{RUNNER_WORKSPACE_DIR}/{path}")),
+            bytes.to_vec(),
+        );
+    }
     Ok(snapshot)
 }
 
-fn add_chapter_overlay(
+/// One chapter file as a finished chapter has it: markers stripped from edit files.
+fn reference_file(
+    data: &FileSet,
+    chapter: &Chapter,
+    file: &CrateFile,
+) -> Result<Vec<u8>, AssembleError> {
+    let path = chapter.source(file);
+    if chapter.is_edit(file) && file.is_rust() {
+        Ok(region_source(data, &path)?.reference().into_bytes())
+    } else {
+        Ok(read(data, &path)?.to_vec())
+    }
+}
+
+fn add_tests(
     snapshot: &mut Snapshot,
     data: &FileSet,
     chapter: &Chapter,
-    skeleton: bool,
 ) -> Result<(), AssembleError> {
-    for file in &chapter.files {
-        let source = if skeleton && chapter.edit.contains(file) {
-            format!("{}/{file}", chapter.skeleton_dir())
-        } else {
-            format!("{}/{file}", chapter.dir())
-        };
-        snapshot.insert(crate_path(file), read(data, &source)?.to_vec());
-    }
-    let test = format!("tests/{}", chapter.test);
-    snapshot.insert(test_path(&chapter.test), read(data, &test)?.to_vec());
+    let path = WorkspacePath::new(chapter.tests().test_file());
+    snapshot.insert(path, read(data, &chapter.test_source())?.to_vec());
     Ok(())
 }
 
-/// The code as it stands when chapter `id` is done, with every acceptance test up to it.
-pub fn reference(catalog: &Catalog, data: &FileSet, id: &str) -> Result<Snapshot, AssembleError> {
-    chapter(catalog, id)?;
+/// The code as it stands when `chapter` is done, with every acceptance test of its chain.
+pub fn reference(
+    catalog: &Catalog,
+    data: &FileSet,
+    chapter: &Chapter,
+) -> Result<Snapshot, AssembleError> {
     let mut snapshot = base(data)?;
-    for step in catalog.chain(id) {
-        add_chapter_overlay(&mut snapshot, data, step, false)?;
+    for step in catalog.chain(chapter) {
+        for file in &step.files {
+            snapshot.insert(file.in_workspace(), reference_file(data, step, file)?);
+        }
+        add_tests(&mut snapshot, data, step)?;
     }
     Ok(snapshot)
 }
 
-/// Reference `id` plus the held-out tests of every chapter up to it (instructor only).
+/// Workspace path of a chapter's held-out tests, named apart from the acceptance tests.
+pub fn held_out_path(chapter: &Chapter) -> WorkspacePath {
+    CrateFile::new(format!("tests/held_out_{}.rs", chapter.test_target())).in_workspace()
+}
+
+/// The held-out test target name inside a workspace.
+pub fn held_out_target(chapter: &Chapter) -> String {
+    format!("held_out_{}", chapter.test_target())
+}
+
+/// Reference plus the held-out tests of the whole chain (instructor only).
 pub fn reference_with_held_out(
     catalog: &Catalog,
     data: &FileSet,
-    id: &str,
+    chapter: &Chapter,
 ) -> Result<Snapshot, AssembleError> {
-    let mut snapshot = reference(catalog, data, id)?;
-    for step in catalog.chain(id) {
-        if let Some(held_out) = &step.held_out {
-            let source = format!("{HELD_OUT_DIR}/{held_out}");
-            snapshot.insert(held_out_path(held_out), read(data, &source)?.to_vec());
-        }
+    let mut snapshot = reference(catalog, data, chapter)?;
+    for step in catalog.chain(chapter) {
+        snapshot.insert(
+            held_out_path(step),
+            read(data, &step.held_out_source())?.to_vec(),
+        );
     }
     Ok(snapshot)
 }
 
-/// The workspace a learner receives for chapter `id`.
-pub fn practice(catalog: &Catalog, data: &FileSet, id: &str) -> Result<Snapshot, AssembleError> {
-    let target = chapter(catalog, id)?;
-    let mut snapshot = match target.mode {
-        // Observe mode: the finished code, nothing to rebuild.
-        Mode::Observe => reference(catalog, data, id)?,
-        Mode::Rebuild => {
-            let mut snapshot = match &target.previous {
-                Some(previous) => reference(catalog, data, previous)?,
-                None => base(data)?,
-            };
-            add_chapter_overlay(&mut snapshot, data, target, true)?;
-            snapshot
-        }
+/// A rebuild chapter's workspace with the Labs `solved` covers taken from the reference and
+/// every other Lab region stubbed.
+pub fn lab_state(
+    catalog: &Catalog,
+    data: &FileSet,
+    chapter: &Chapter,
+    solved: Solved,
+) -> Result<Snapshot, AssembleError> {
+    let mut snapshot = match catalog.previous(chapter) {
+        Some(previous) => reference(catalog, data, previous)?,
+        None => base(data)?,
     };
-    add_stamp_and_guide(&mut snapshot, catalog, target, target.mode.key());
-    let guide = format!("{}/README.md", target.dir());
-    snapshot.insert(
-        learning::GUIDE_FILE_NAME.to_string(),
-        read(data, &guide)?.to_vec(),
+    for file in &chapter.files {
+        let bytes = if chapter.is_edit(file) && file.is_rust() {
+            region_source(data, &chapter.source(file))?
+                .learner_file(|lab| solved.covers(lab))
+                .into_bytes()
+        } else {
+            reference_file(data, chapter, file)?
+        };
+        snapshot.insert(file.in_workspace(), bytes);
+    }
+    add_tests(&mut snapshot, data, chapter)?;
+    Ok(snapshot)
+}
+
+/// The workspace a learner receives for `chapter`.
+pub fn practice(
+    catalog: &Catalog,
+    data: &FileSet,
+    chapter: &Chapter,
+) -> Result<Snapshot, AssembleError> {
+    let mut snapshot = match chapter.kind {
+        Kind::Observe { .. } => reference(catalog, data, chapter)?,
+        Kind::Rebuild { .. } => lab_state(catalog, data, chapter, Solved::None)?,
+    };
+    add_documents(&mut snapshot, catalog, data, chapter)?;
+    stamp(
+        &mut snapshot,
+        catalog,
+        chapter,
+        chapter.mode().key().to_string(),
     );
     Ok(snapshot)
 }
 
-/// A reference snapshot that also carries a stamp, so `cargo xtask test` works inside it.
+/// A working practice workspace in which the Labs before `lab` are done: what a learner has
+/// when starting `lab` (`cargo xtask snapshot 06 <dir> --solved 6.2` writes the 6.3 state).
+pub fn practice_solved_before(
+    catalog: &Catalog,
+    data: &FileSet,
+    chapter: &Chapter,
+    lab: LabId,
+) -> Result<Snapshot, AssembleError> {
+    let mut snapshot = lab_state(catalog, data, chapter, Solved::Before(lab))?;
+    add_documents(&mut snapshot, catalog, data, chapter)?;
+    stamp(
+        &mut snapshot,
+        catalog,
+        chapter,
+        format!("solved before Lab {lab}"),
+    );
+    Ok(snapshot)
+}
+
+/// A reference snapshot that carries a stamp, so `cargo xtask test` works inside it.
 pub fn instructor_snapshot(
     catalog: &Catalog,
     data: &FileSet,
-    id: &str,
+    chapter: &Chapter,
 ) -> Result<Snapshot, AssembleError> {
-    let target = chapter(catalog, id)?;
-    let mut snapshot = reference(catalog, data, id)?;
-    let stamp = stamp_for(&snapshot, catalog, target, "reference");
-    snapshot.insert(STAMP_FILE.to_string(), stamp_json(&stamp));
+    let mut snapshot = reference(catalog, data, chapter)?;
+    stamp(&mut snapshot, catalog, chapter, "reference".to_string());
     Ok(snapshot)
 }
 
-fn stamp_for(snapshot: &Snapshot, catalog: &Catalog, target: &Chapter, mode: &str) -> Stamp {
-    let chain = catalog.chain(&target.id);
-    let injected = chain
-        .iter()
-        .map(|step| test_path(&step.test))
-        .filter_map(|path| {
-            let hash = content_hash(snapshot.get(&path)?);
-            Some((path, hash))
-        })
-        .collect();
-    Stamp {
-        chapter: target.id.clone(),
-        title: target.title.clone(),
-        mode: mode.to_string(),
+fn add_documents(
+    snapshot: &mut Snapshot,
+    catalog: &Catalog,
+    data: &FileSet,
+    chapter: &Chapter,
+) -> Result<(), AssembleError> {
+    let learning = learning::render(catalog, data, chapter)?;
+    snapshot.insert(
+        WorkspacePath::new(learning::FILE_NAME),
+        learning.into_bytes(),
+    );
+    snapshot.insert(
+        WorkspacePath::new(learning::GUIDE_FILE_NAME),
+        read(data, &chapter.guide())?.to_vec(),
+    );
+    Ok(())
+}
+
+/// Writes the stamp and the pristine copies of the injected tests.
+fn stamp(snapshot: &mut Snapshot, catalog: &Catalog, chapter: &Chapter, state: String) {
+    let chain = catalog.chain(chapter);
+    let mut injected = BTreeMap::new();
+    for step in &chain {
+        let tests = step.tests();
+        let path = tests.test_file();
+        if let Some(bytes) = snapshot.get(path.as_str()).cloned() {
+            injected.insert(path, content_hash(&bytes));
+            let pristine = WorkspacePath::new(format!("{PRISTINE_DIR}/{}.rs", tests.target));
+            snapshot.insert(pristine, bytes);
+        }
+    }
+    let stamp = Stamp {
+        format: course_runner::spec::STAMP_FORMAT,
+        chapter: chapter.id,
+        title: chapter.title.clone(),
+        state,
         course_version: COURSE_VERSION.to_string(),
         chapters: chain.iter().map(|step| step.tests()).collect(),
         injected,
-    }
-}
-
-fn stamp_json(stamp: &Stamp) -> Vec<u8> {
-    let mut json = serde_json::to_vec_pretty(stamp).expect("stamp serialises");
+    };
+    let mut json = serde_json::to_vec_pretty(&stamp).expect("a stamp always serialises");
     json.push(b'\n');
-    json
+    snapshot.insert(WorkspacePath::new(STAMP_FILE), json);
 }
 
-fn add_stamp_and_guide(snapshot: &mut Snapshot, catalog: &Catalog, target: &Chapter, mode: &str) {
-    let stamp = stamp_for(snapshot, catalog, target, mode);
-    snapshot.insert(STAMP_FILE.to_string(), stamp_json(&stamp));
-    snapshot.insert(
-        learning::FILE_NAME.to_string(),
-        learning::render(catalog, target).into_bytes(),
-    );
-}
-
-/// Applies a declared mutation to a snapshot; its `find` must occur exactly once.
-pub fn apply_mutation(snapshot: &mut Snapshot, mutation: &Mutation) -> Result<(), AssembleError> {
-    let path = crate_path(&mutation.file);
-    let failure = |reason: String| AssembleError::Mutation {
-        name: mutation.name.clone(),
+/// Applies one entry of the mistake catalogue; its `find` must occur exactly once.
+pub fn apply_mistake(snapshot: &mut Snapshot, mistake: &Mistake) -> Result<(), AssembleError> {
+    let path = mistake.file.in_workspace();
+    let failure = |reason: String| AssembleError::Mistake {
+        name: mistake.name.clone(),
         reason,
     };
     let bytes = snapshot
@@ -221,40 +308,67 @@ pub fn apply_mutation(snapshot: &mut Snapshot, mutation: &Mutation) -> Result<()
         .ok_or_else(|| failure(format!("{path} 不在快照中")))?;
     let text =
         String::from_utf8(bytes.clone()).map_err(|_| failure(format!("{path} 不是 UTF-8")))?;
-    let occurrences = text.matches(&mutation.find).count();
+    let occurrences = text.matches(&mistake.find).count();
     if occurrences != 1 {
         return Err(failure(format!(
             "find 片段在 {path} 中出现 {occurrences} 次，应恰好 1 次"
         )));
     }
-    let mutated = text.replacen(&mutation.find, &mutation.replace, 1);
-    snapshot.insert(path, mutated.into_bytes());
+    snapshot.insert(
+        path,
+        text.replacen(&mistake.find, &mistake.replace, 1)
+            .into_bytes(),
+    );
     Ok(())
 }
 
-/// Paths in a practice snapshot that give away chapter `id`'s answer: an edit file whose
-/// content equals the reference, or any held-out test. Empty means answer-free.
+/// Region bodies shorter than this (whitespace removed) are too generic to count as a leak:
+/// `&self.tools` may legitimately appear in the skeleton.
+const LEAK_MIN_CHARS: usize = 24;
+
+fn squeeze(text: &str) -> String {
+    text.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// Why a practice snapshot gives away an answer: a region body of the practised chapter found
+/// in one of its files, a held-out test, or git history. Empty means answer-free.
 pub fn answer_leaks(
-    catalog: &Catalog,
     data: &FileSet,
-    id: &str,
+    chapter: &Chapter,
     practice: &Snapshot,
 ) -> Result<Vec<String>, AssembleError> {
-    let target = chapter(catalog, id)?;
-    let mut leaks = Vec::new();
-    if target.mode == Mode::Rebuild {
-        for file in &target.edit {
-            let answer = read(data, &format!("{}/{file}", target.dir()))?;
-            if practice.get(&crate_path(file)).map(Vec::as_slice) == Some(answer) {
-                leaks.push(crate_path(file));
+    let mut leaks: Vec<String> = practice
+        .keys()
+        .filter(|path| path.as_str().contains("held_out") || path.as_str().starts_with(".git/"))
+        .map(|path| format!("{path} 不应出现在练习目录"))
+        .collect();
+    if chapter.mode() == Mode::Observe {
+        return Ok(leaks);
+    }
+    let practice_text: Vec<(&WorkspacePath, String)> = practice
+        .iter()
+        .filter(|(path, _)| path.as_str().ends_with(".rs") || path.as_str().ends_with(".md"))
+        .map(|(path, bytes)| (path, squeeze(&String::from_utf8_lossy(bytes))))
+        .collect();
+    for file in chapter.edit() {
+        let source = region_source(data, &chapter.source(file))?;
+        for region in source.regions() {
+            let body = squeeze(&region.body().join("\n"));
+            if body.chars().count() < LEAK_MIN_CHARS {
+                continue;
+            }
+            for (path, text) in &practice_text {
+                if text.contains(&body) {
+                    leaks.push(format!(
+                        "{path} 含有 Lab {} {} 的答案（{}:{}）",
+                        region.lab,
+                        region.name,
+                        chapter.source(file),
+                        region.line
+                    ));
+                }
             }
         }
     }
-    leaks.extend(
-        practice
-            .keys()
-            .filter(|path| path.contains("held_out") || path.starts_with(".git/"))
-            .cloned(),
-    );
     Ok(leaks)
 }

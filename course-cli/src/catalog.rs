@@ -1,25 +1,37 @@
-//! The course manifest: every `chapters/NN-slug/chapter.json`, read into one ordered catalog.
+//! The course manifest, `chapters/course.toml`, read into one ordered catalog, plus each
+//! chapter's mistake catalogue, `chapters/NN-slug/mistakes.toml`.
 //!
 //! Pure: it reads a [`FileSet`], never the disk, so the embedded binary and a checkout are
-//! judged by the same code.
+//! judged by the same code. Everything derivable — test file, group prefix, Lab number and
+//! marker, chapter directory — is derived, not written in the manifest.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::Deserialize;
 
-use crate::files::{under, FileSet, HELD_OUT_DIR};
-use crate::runner::{ChapterTests, GroupSpec};
+use course_runner::{ChapterId, ChapterTests, GroupSpec, LabId};
 
+use crate::files::FileSet;
+use crate::paths::{CrateFile, RepoPath};
+
+/// The manifest, relative to the repository root.
+pub const MANIFEST: &str = "chapters/course.toml";
+/// The format this engine reads.
+pub const MANIFEST_FORMAT: u32 = 1;
 /// The base learner workspace every chapter starts from.
 pub const BASE_DIR: &str = "chapters/_crate";
+/// Instructor-only tests: in the checkout, never embedded, never in a practice workspace.
+pub const HELD_OUT_DIR: &str = "tests/held-out";
+/// A chapter's mistake catalogue, inside its directory.
+pub const MISTAKES_FILE: &str = "mistakes.toml";
 
 #[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// Chapter 00: read and run the finished loop, predict, break it on purpose.
+    /// Read and run finished code, predict, break it on purpose.
     Observe,
-    /// Every other chapter: rebuild the chapter's files from a skeleton.
+    /// Rebuild the chapter's files from a generated skeleton, Lab by Lab.
     Rebuild,
 }
 
@@ -39,56 +51,147 @@ impl Mode {
     }
 }
 
-/// A deliberate break ("故意把它弄坏") that the named group must catch.
+/// What kind of chapter, with exactly the fields that kind has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Runs the finished code of `shows` (an earlier rebuild chapter) plus its own files.
+    Observe { shows: ChapterId },
+    /// The learner writes `edit`, one Lab per group.
+    Rebuild { edit: Vec<CrateFile> },
+}
+
+/// A realistic wrong implementation, written as a small edit of the reference, that the
+/// named group must reject with a failure containing `expect`.
 #[derive(Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct Mutation {
+pub struct Mistake {
     pub name: String,
+    pub group: String,
     pub description: String,
-    /// Learner-crate-relative path, e.g. `src/tool.rs`.
-    pub file: String,
+    pub file: CrateFile,
     pub find: String,
     pub replace: String,
-    pub group: String,
     pub expect: String,
 }
 
-#[derive(Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Manifest {
-    id: String,
+struct MistakesFile {
+    #[serde(default)]
+    mistake: Vec<Mistake>,
+}
+
+/// One chapter as the manifest declares it, with everything derivable derived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chapter {
+    pub id: ChapterId,
+    pub slug: String,
+    pub title: String,
+    /// Files the chapter adds or replaces in the learner crate.
+    pub files: Vec<CrateFile>,
+    pub kind: Kind,
+    /// In order; in a rebuild chapter group k is Lab N.k.
+    pub groups: Vec<GroupSpec>,
+    pub mistakes: Vec<Mistake>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    group: String,
+    tests: usize,
+    summary: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChapter {
+    id: ChapterId,
     slug: String,
     title: String,
     mode: Mode,
-    previous: Option<String>,
-    files: Vec<String>,
-    edit: Vec<String>,
-    test: String,
-    held_out: Option<String>,
-    groups: Vec<GroupSpec>,
-    #[serde(default)]
-    mutations: Vec<Mutation>,
+    files: Vec<CrateFile>,
+    edit: Option<Vec<CrateFile>>,
+    shows: Option<ChapterId>,
+    labs: Option<Vec<RawGroup>>,
+    groups: Option<Vec<RawGroup>>,
 }
 
-/// One chapter as the manifest declares it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Chapter {
-    pub id: String,
-    pub slug: String,
-    pub title: String,
-    pub mode: Mode,
-    pub previous: Option<String>,
-    /// Files the chapter adds or replaces (learner-crate-relative).
-    pub files: Vec<String>,
-    /// Files the learner writes; the skeleton provides each.
-    pub edit: Vec<String>,
-    pub test: String,
-    pub held_out: Option<String>,
-    pub groups: Vec<GroupSpec>,
-    pub mutations: Vec<Mutation>,
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    format: u32,
+    chapter: Vec<RawChapter>,
+}
+
+impl RawChapter {
+    fn into_chapter(self) -> Result<Chapter, String> {
+        let id = self.id;
+        let (kind, groups, with_labs) =
+            match (self.mode, self.edit, self.labs, self.shows, self.groups) {
+                (Mode::Rebuild, Some(edit), Some(labs), None, None) => {
+                    (Kind::Rebuild { edit }, labs, true)
+                }
+                (Mode::Observe, None, None, Some(shows), Some(groups)) => {
+                    (Kind::Observe { shows }, groups, false)
+                }
+                (Mode::Rebuild, ..) => {
+                    return Err(format!(
+                        "第 {id} 章（rebuild）需要 edit 与 labs，不能有 shows 与 groups"
+                    ))
+                }
+                (Mode::Observe, ..) => {
+                    return Err(format!(
+                        "第 {id} 章（observe）需要 shows 与 groups，不能有 edit 与 labs"
+                    ))
+                }
+            };
+        let groups = groups
+            .into_iter()
+            .enumerate()
+            .map(|(index, raw)| {
+                let index =
+                    u8::try_from(index + 1).map_err(|_| format!("第 {id} 章的 Lab 太多"))?;
+                Ok(GroupSpec {
+                    name: raw.group,
+                    lab: with_labs.then(|| id.lab(index)),
+                    tests: raw.tests,
+                    summary: raw.summary,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Chapter {
+            id,
+            slug: self.slug,
+            title: self.title,
+            files: self.files,
+            kind,
+            groups,
+            mistakes: Vec::new(),
+        })
+    }
 }
 
 impl Chapter {
+    pub fn mode(&self) -> Mode {
+        match self.kind {
+            Kind::Observe { .. } => Mode::Observe,
+            Kind::Rebuild { .. } => Mode::Rebuild,
+        }
+    }
+
+    /// Files the learner writes (none in an observe chapter).
+    pub fn edit(&self) -> &[CrateFile] {
+        match &self.kind {
+            Kind::Rebuild { edit } => edit,
+            Kind::Observe { .. } => &[],
+        }
+    }
+
+    pub fn is_edit(&self, file: &CrateFile) -> bool {
+        self.edit().contains(file)
+    }
+
     /// `chapters/06-tool-contract`
     pub fn dir(&self) -> String {
         format!("chapters/{}-{}", self.id, self.slug)
@@ -99,36 +202,80 @@ impl Chapter {
         format!("skeletons/{}-{}", self.id, self.slug)
     }
 
+    /// `06_tool_contract`: the test target, in the course and in every workspace.
+    pub fn test_target(&self) -> String {
+        format!("{}_{}", self.id, self.slug.replace('-', "_"))
+    }
+
+    /// `tests/06_tool_contract.rs`
+    pub fn test_source(&self) -> RepoPath {
+        RepoPath::new(format!("tests/{}.rs", self.test_target()))
+    }
+
+    /// `tests/held-out/06_tool_contract.rs`
+    pub fn held_out_source(&self) -> RepoPath {
+        RepoPath::new(format!("{HELD_OUT_DIR}/{}.rs", self.test_target()))
+    }
+
+    /// The reference source of one of the chapter's files.
+    pub fn source(&self, file: &CrateFile) -> RepoPath {
+        RepoPath::join(&self.dir(), file.as_str())
+    }
+
+    pub fn guide(&self) -> RepoPath {
+        RepoPath::join(&self.dir(), "README.md")
+    }
+
+    pub fn labs(&self) -> impl Iterator<Item = (LabId, &GroupSpec)> {
+        self.groups.iter().filter_map(|g| g.lab.map(|lab| (lab, g)))
+    }
+
+    pub fn group_of_lab(&self, lab: LabId) -> Option<&GroupSpec> {
+        self.groups.iter().find(|group| group.lab == Some(lab))
+    }
+
     pub fn tests(&self) -> ChapterTests {
         ChapterTests {
-            id: self.id.clone(),
+            id: self.id,
             title: self.title.clone(),
-            test: self.test.clone(),
+            target: self.test_target(),
             groups: self.groups.clone(),
         }
     }
 }
 
-/// Why the manifest could not be read.
+/// Why the manifest could not be read at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatalogError {
-    Unreadable { path: String, reason: String },
-    DuplicateId(String),
-    MisplacedManifest { path: String, expected: String },
-    BrokenChain(String),
+    Missing,
+    Unreadable {
+        path: String,
+        reason: String,
+    },
+    Format(u32),
+    DuplicateId(ChapterId),
+    UnknownShows {
+        chapter: ChapterId,
+        shows: ChapterId,
+    },
 }
 
 impl fmt::Display for CatalogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            CatalogError::Missing => write!(f, "课程数据缺少清单 {MANIFEST}"),
             CatalogError::Unreadable { path, reason } => {
-                write!(f, "课程清单 {path} 无法解析：{reason}")
+                write!(f, "{path} 无法解析：{}", reason.trim().replace('\n', " "))
             }
-            CatalogError::DuplicateId(id) => write!(f, "课程清单中章节编号 {id} 重复"),
-            CatalogError::MisplacedManifest { path, expected } => {
-                write!(f, "课程清单 {path} 应位于 {expected}")
-            }
-            CatalogError::BrokenChain(reason) => write!(f, "章节顺序无效：{reason}"),
+            CatalogError::Format(found) => write!(
+                f,
+                "{MANIFEST} 的格式版本是 {found}，本工具只认识 {MANIFEST_FORMAT}"
+            ),
+            CatalogError::DuplicateId(id) => write!(f, "{MANIFEST} 中章节编号 {id} 重复"),
+            CatalogError::UnknownShows { chapter, shows } => write!(
+                f,
+                "第 {chapter} 章的 shows = \"{shows}\" 不是它之前的重建章节"
+            ),
         }
     }
 }
@@ -138,18 +285,22 @@ impl std::error::Error for CatalogError {}
 /// Why a chapter argument was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChapterIdError {
-    Malformed { input: String, known: Vec<String> },
-    Unknown { id: String, known: Vec<String> },
+    Malformed {
+        error: course_runner::IdError,
+        known: Vec<String>,
+    },
+    Unknown {
+        id: ChapterId,
+        known: Vec<String>,
+    },
 }
 
 impl fmt::Display for ChapterIdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ChapterIdError::Malformed { input, known } => write!(
-                f,
-                "章节编号 `{input}` 格式无效：请写一到两位数字，例如 06 或 6；可选章节：{}",
-                known.join(" ")
-            ),
+            ChapterIdError::Malformed { error, known } => {
+                write!(f, "{error}；可选章节：{}", known.join(" "))
+            }
             ChapterIdError::Unknown { id, known } => write!(
                 f,
                 "没有第 {id} 章；可选章节：{}（运行 practice --list 查看标题）",
@@ -161,7 +312,137 @@ impl fmt::Display for ChapterIdError {
 
 impl std::error::Error for ChapterIdError {}
 
-/// All chapters in course order (following `previous` links from the first chapter).
+/// A disagreement between the manifest and the files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    MissingFile {
+        chapter: ChapterId,
+        path: RepoPath,
+    },
+    UnlistedFile {
+        chapter: ChapterId,
+        path: RepoPath,
+    },
+    EditNotInFiles {
+        chapter: ChapterId,
+        file: CrateFile,
+    },
+    NoEditFiles(ChapterId),
+    NoGroups(ChapterId),
+    DuplicateGroup {
+        chapter: ChapterId,
+        group: String,
+    },
+    EmptyGroup {
+        chapter: ChapterId,
+        group: String,
+    },
+    UnclaimedTest(RepoPath),
+    Regions {
+        path: RepoPath,
+        problem: String,
+    },
+    MarkersOutsideEdit {
+        path: RepoPath,
+        lines: Vec<usize>,
+    },
+    ForeignLab {
+        path: RepoPath,
+        lab: LabId,
+    },
+    LabWithoutStub {
+        chapter: ChapterId,
+        lab: LabId,
+    },
+    MistakesUnreadable {
+        path: RepoPath,
+        reason: String,
+    },
+    MistakeGroup {
+        chapter: ChapterId,
+        mistake: String,
+        group: String,
+    },
+    MistakeFile {
+        chapter: ChapterId,
+        mistake: String,
+        file: CrateFile,
+    },
+    DuplicateMistake {
+        chapter: ChapterId,
+        mistake: String,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::MissingFile { chapter, path } => write!(f, "第 {chapter} 章：缺少 {path}"),
+            Problem::UnlistedFile { chapter, path } => {
+                write!(f, "第 {chapter} 章：{path} 未在 {MANIFEST} 的 files 中列出")
+            }
+            Problem::EditNotInFiles { chapter, file } => {
+                write!(f, "第 {chapter} 章：edit 中的 {file} 不在 files 中")
+            }
+            Problem::NoEditFiles(chapter) => {
+                write!(f, "第 {chapter} 章：重建章节至少要有一个 edit 文件")
+            }
+            Problem::NoGroups(chapter) => write!(f, "第 {chapter} 章：没有测试组"),
+            Problem::DuplicateGroup { chapter, group } => {
+                write!(f, "第 {chapter} 章：测试组 {group} 重复")
+            }
+            Problem::EmptyGroup { chapter, group } => {
+                write!(f, "第 {chapter} 章：测试组 {group} 的 tests 不能为 0")
+            }
+            Problem::UnclaimedTest(path) => write!(f, "{path} 不属于任何章节"),
+            Problem::Regions { path, problem } => write!(f, "{path} 的 Lab 区域有误：{problem}"),
+            Problem::MarkersOutsideEdit { path, lines } => write!(
+                f,
+                "{path} 不是学习者要编辑的文件，却有区域标记（第 {} 行）",
+                lines
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join("、")
+            ),
+            Problem::ForeignLab { path, lab } => {
+                write!(f, "{path} 的区域属于 Lab {lab}，但本章没有这个 Lab")
+            }
+            Problem::LabWithoutStub { chapter, lab } => write!(
+                f,
+                "第 {chapter} 章：Lab {lab} 没有任何会 panic 的区域，学习者看不到它的第一次红灯"
+            ),
+            Problem::MistakesUnreadable { path, reason } => {
+                write!(f, "{path} 无法解析：{}", reason.trim().replace('\n', " "))
+            }
+            Problem::MistakeGroup {
+                chapter,
+                mistake,
+                group,
+            } => {
+                write!(
+                    f,
+                    "第 {chapter} 章：错误 {mistake} 指向不存在的测试组 {group}"
+                )
+            }
+            Problem::MistakeFile {
+                chapter,
+                mistake,
+                file,
+            } => {
+                write!(
+                    f,
+                    "第 {chapter} 章：错误 {mistake} 修改的 {file} 不是本章的文件"
+                )
+            }
+            Problem::DuplicateMistake { chapter, mistake } => {
+                write!(f, "第 {chapter} 章：错误 {mistake} 重名")
+            }
+        }
+    }
+}
+
+/// Every chapter, in course order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Catalog {
     chapters: Vec<Chapter>,
@@ -169,47 +450,52 @@ pub struct Catalog {
 
 impl Catalog {
     pub fn from_files(files: &FileSet) -> Result<Self, CatalogError> {
-        let mut by_id: BTreeMap<String, Chapter> = BTreeMap::new();
-        for (path, bytes) in files {
-            let Some(rest) = path.strip_prefix("chapters/") else {
-                continue;
-            };
-            if !rest.ends_with("/chapter.json") || rest.matches('/').count() != 1 {
-                continue;
-            }
-            let manifest: Manifest =
-                serde_json::from_slice(bytes).map_err(|error| CatalogError::Unreadable {
-                    path: path.clone(),
-                    reason: error.to_string(),
-                })?;
-            let chapter = Chapter {
-                id: manifest.id,
-                slug: manifest.slug,
-                title: manifest.title,
-                mode: manifest.mode,
-                previous: manifest.previous,
-                files: manifest.files,
-                edit: manifest.edit,
-                test: manifest.test,
-                held_out: manifest.held_out,
-                groups: manifest.groups,
-                mutations: manifest.mutations,
-            };
-            let expected = format!("{}/chapter.json", chapter.dir());
-            if &expected != path {
-                return Err(CatalogError::MisplacedManifest {
-                    path: path.clone(),
-                    expected,
-                });
-            }
-            if by_id.contains_key(&chapter.id) {
+        let bytes = files.get(MANIFEST).ok_or(CatalogError::Missing)?;
+        let text = String::from_utf8_lossy(bytes);
+        let raw: RawManifest = toml::from_str(&text).map_err(|error| CatalogError::Unreadable {
+            path: MANIFEST.to_string(),
+            reason: error.to_string(),
+        })?;
+        if raw.format != MANIFEST_FORMAT {
+            return Err(CatalogError::Format(raw.format));
+        }
+        let mut chapters: Vec<Chapter> = Vec::new();
+        for raw_chapter in raw.chapter {
+            let mut chapter =
+                raw_chapter
+                    .into_chapter()
+                    .map_err(|reason| CatalogError::Unreadable {
+                        path: MANIFEST.to_string(),
+                        reason,
+                    })?;
+            if chapters.iter().any(|c| c.id == chapter.id) {
                 return Err(CatalogError::DuplicateId(chapter.id));
             }
-            by_id.insert(chapter.id.clone(), chapter);
+            let mistakes = RepoPath::join(&chapter.dir(), MISTAKES_FILE);
+            if let Some(bytes) = files.get(mistakes.as_str()) {
+                // Unreadable catalogues are reported by `check_tree`, with their reason.
+                if let Ok(parsed) = toml::from_str::<MistakesFile>(&String::from_utf8_lossy(bytes))
+                {
+                    chapter.mistakes = parsed.mistake;
+                }
+            }
+            chapters.push(chapter);
         }
-        Ok(Catalog {
-            chapters: course_order(by_id)?,
-        })
+        let catalog = Catalog { chapters };
+        for chapter in &catalog.chapters {
+            if let Kind::Observe { shows } = chapter.kind {
+                let known = catalog
+                    .get(shows)
+                    .is_some_and(|shown| shown.mode() == Mode::Rebuild);
+                if !known {
+                    return Err(CatalogError::UnknownShows {
+                        chapter: chapter.id,
+                        shows,
+                    });
+                }
+            }
+        }
+        Ok(catalog)
     }
 
     /// Chapters in course order.
@@ -217,197 +503,236 @@ impl Catalog {
         &self.chapters
     }
 
-    pub fn get(&self, id: &str) -> Option<&Chapter> {
+    pub fn get(&self, id: ChapterId) -> Option<&Chapter> {
         self.chapters.iter().find(|chapter| chapter.id == id)
     }
 
-    /// Ids sorted numerically, for messages.
+    /// Ids in course order, for messages.
     pub fn ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .chapters
-            .iter()
-            .map(|chapter| chapter.id.clone())
-            .collect();
-        ids.sort();
-        ids
+        self.chapters.iter().map(|c| c.id.to_string()).collect()
     }
 
-    /// Accepts `06` and `6`; refuses `abc`, `6.0`, `-1`, `123` and unknown chapters.
+    /// The one chapter-id rule (`6` → `06`), then the lookup.
     pub fn resolve(&self, input: &str) -> Result<&Chapter, ChapterIdError> {
-        let trimmed = input.trim();
-        let well_formed =
-            (1..=2).contains(&trimmed.len()) && trimmed.bytes().all(|byte| byte.is_ascii_digit());
-        if !well_formed {
-            return Err(ChapterIdError::Malformed {
-                input: input.to_string(),
-                known: self.ids(),
-            });
-        }
-        let id = format!("{trimmed:0>2}");
-        self.get(&id).ok_or(ChapterIdError::Unknown {
+        let id: ChapterId = input.parse().map_err(|error| ChapterIdError::Malformed {
+            error,
+            known: self.ids(),
+        })?;
+        self.get(id).ok_or(ChapterIdError::Unknown {
             id,
             known: self.ids(),
         })
     }
 
-    /// The chapters whose work `id` builds on, first chapter first, `id` last.
-    pub fn chain(&self, id: &str) -> Vec<&Chapter> {
-        let Some(position) = self.chapters.iter().position(|chapter| chapter.id == id) else {
-            return Vec::new();
+    /// The chapters whose code and tests a workspace of `chapter` carries, in order, `chapter`
+    /// last: the rebuild chapters up to it; for an observe chapter, those up to the chapter it
+    /// shows, then itself.
+    pub fn chain<'a>(&'a self, chapter: &'a Chapter) -> Vec<&'a Chapter> {
+        let until = match chapter.kind {
+            Kind::Observe { shows } => shows,
+            Kind::Rebuild { .. } => chapter.id,
         };
-        self.chapters[..=position].iter().collect()
-    }
-
-    /// Problems between the manifest and the tree: missing or unlisted files, groups or
-    /// mutations that point nowhere. Empty means consistent.
-    pub fn check_tree(&self, files: &FileSet) -> Vec<String> {
-        let mut problems = Vec::new();
-        let mut claimed_tests = BTreeSet::new();
-        let mut claimed_held_out = BTreeSet::new();
-
-        for chapter in &self.chapters {
-            let id = &chapter.id;
-            let dir = chapter.dir();
-            let listed: BTreeSet<&str> = chapter.files.iter().map(String::as_str).collect();
-            for file in &chapter.files {
-                if !files.contains_key(&format!("{dir}/{file}")) {
-                    problems.push(format!("第 {id} 章：清单列出的 {dir}/{file} 不存在"));
-                }
+        let mut chain: Vec<&Chapter> = Vec::new();
+        for step in &self.chapters {
+            if step.mode() == Mode::Rebuild {
+                chain.push(step);
             }
-            for (file, _) in under(files, &dir) {
-                if file != "chapter.json" && file != "README.md" && !listed.contains(file) {
-                    problems.push(format!("第 {id} 章：{dir}/{file} 未在清单 files 中列出"));
-                }
-            }
-            if !files.contains_key(&format!("{dir}/README.md")) {
-                problems.push(format!("第 {id} 章：缺少章节指南 {dir}/README.md"));
-            }
-
-            let skeleton_dir = chapter.skeleton_dir();
-            let edit: BTreeSet<&str> = chapter.edit.iter().map(String::as_str).collect();
-            for file in &chapter.edit {
-                if !listed.contains(file.as_str()) {
-                    problems.push(format!("第 {id} 章：edit 中的 {file} 不在 files 中"));
-                }
-                if !files.contains_key(&format!("{skeleton_dir}/{file}")) {
-                    problems.push(format!("第 {id} 章：缺少骨架文件 {skeleton_dir}/{file}"));
-                }
-            }
-            for (file, _) in under(files, &skeleton_dir) {
-                if !edit.contains(file) {
-                    problems.push(format!(
-                        "第 {id} 章：{skeleton_dir}/{file} 未在清单 edit 中列出"
-                    ));
-                }
-            }
-            if chapter.mode == Mode::Rebuild && chapter.edit.is_empty() {
-                problems.push(format!(
-                    "第 {id} 章：重建模式的章节必须至少有一个 edit 文件"
-                ));
-            }
-
-            let test_path = format!("tests/{}", chapter.test);
-            if !files.contains_key(&test_path) {
-                problems.push(format!("第 {id} 章：测试文件 {test_path} 不存在"));
-            }
-            claimed_tests.insert(test_path);
-            if let Some(held_out) = &chapter.held_out {
-                let path = format!("{HELD_OUT_DIR}/{held_out}");
-                if !files.contains_key(&path) {
-                    problems.push(format!("第 {id} 章：保留测试 {path} 不存在"));
-                }
-                claimed_held_out.insert(path);
-            }
-
-            let mut group_names = BTreeSet::new();
-            for group in &chapter.groups {
-                if !group_names.insert(group.name.as_str()) {
-                    problems.push(format!("第 {id} 章：测试组 {} 重复", group.name));
-                }
-                if group.count == 0 {
-                    problems.push(format!(
-                        "第 {id} 章：测试组 {} 的 count 不能为 0",
-                        group.name
-                    ));
-                }
-                if chapter.mode == Mode::Rebuild && group.marker.is_empty() {
-                    problems.push(format!("第 {id} 章：测试组 {} 缺少 Lab 标记", group.name));
-                }
-            }
-            if chapter.groups.is_empty() {
-                problems.push(format!("第 {id} 章：没有测试组"));
-            }
-            for mutation in &chapter.mutations {
-                if !group_names.contains(mutation.group.as_str()) {
-                    problems.push(format!(
-                        "第 {id} 章：变异 {} 指向不存在的测试组 {}",
-                        mutation.name, mutation.group
-                    ));
-                }
-            }
-            if chapter.mutations.is_empty() {
-                problems.push(format!("第 {id} 章：没有声明“故意把它弄坏”的变异"));
+            if step.id == until {
+                break;
             }
         }
+        if chapter.mode() == Mode::Observe {
+            chain.push(chapter);
+        }
+        chain
+    }
 
+    /// The rebuild chapter a rebuild chapter starts from, if any.
+    pub fn previous<'a>(&'a self, chapter: &'a Chapter) -> Option<&'a Chapter> {
+        let chain = self.chain(chapter);
+        match chapter.kind {
+            Kind::Rebuild { .. } => chain.len().checked_sub(2).map(|i| chain[i]),
+            Kind::Observe { .. } => None,
+        }
+    }
+
+    /// Problems between the manifest and the tree. Empty means consistent.
+    /// `with_held_out`: the tree is a checkout, so held-out tests must exist.
+    pub fn check_tree(&self, files: &FileSet, with_held_out: bool) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let mut claimed: BTreeSet<RepoPath> = BTreeSet::new();
+        for chapter in &self.chapters {
+            self.check_chapter(chapter, files, with_held_out, &mut problems);
+            claimed.insert(chapter.test_source());
+            claimed.insert(chapter.held_out_source());
+        }
         for path in files.keys() {
-            let is_test_file = path.starts_with("tests/") && path.ends_with(".rs");
-            if !is_test_file {
-                continue;
-            }
-            let claimed = if path.starts_with(&format!("{HELD_OUT_DIR}/")) {
-                claimed_held_out.contains(path)
-            } else {
-                claimed_tests.contains(path)
-            };
-            if !claimed {
-                problems.push(format!("{path} 不属于任何章节的清单"));
+            if path.as_str().starts_with("tests/")
+                && path.as_str().ends_with(".rs")
+                && !claimed.contains(path)
+            {
+                problems.push(Problem::UnclaimedTest(path.clone()));
             }
         }
         problems
     }
-}
 
-/// Orders chapters by their `previous` links; the chain must be one line covering them all.
-fn course_order(mut by_id: BTreeMap<String, Chapter>) -> Result<Vec<Chapter>, CatalogError> {
-    if by_id.is_empty() {
-        return Ok(Vec::new());
-    }
-    let roots: Vec<String> = by_id
-        .values()
-        .filter(|chapter| chapter.previous.is_none())
-        .map(|chapter| chapter.id.clone())
-        .collect();
-    let [root] = roots.as_slice() else {
-        return Err(CatalogError::BrokenChain(format!(
-            "必须恰好有一个没有 previous 的起始章节，实际为 {}",
-            roots.len()
-        )));
-    };
-    let mut ordered = vec![by_id.remove(root).expect("root is present")];
-    while !by_id.is_empty() {
-        let last = &ordered.last().expect("non-empty").id;
-        let next: Vec<String> = by_id
-            .values()
-            .filter(|chapter| chapter.previous.as_deref() == Some(last.as_str()))
-            .map(|chapter| chapter.id.clone())
-            .collect();
-        match next.as_slice() {
-            [one] => ordered.push(by_id.remove(one).expect("present")),
-            [] => {
-                let stranded: Vec<&str> = by_id.keys().map(String::as_str).collect();
-                return Err(CatalogError::BrokenChain(format!(
-                    "章节 {} 无法从起始章节沿 previous 到达",
-                    stranded.join(" ")
-                )));
+    fn check_chapter(
+        &self,
+        chapter: &Chapter,
+        files: &FileSet,
+        with_held_out: bool,
+        problems: &mut Vec<Problem>,
+    ) {
+        let id = chapter.id;
+        let dir = chapter.dir();
+        let missing = |path: RepoPath| Problem::MissingFile { chapter: id, path };
+        for file in &chapter.files {
+            if !files.contains_key(chapter.source(file).as_str()) {
+                problems.push(missing(chapter.source(file)));
             }
-            _ => {
-                return Err(CatalogError::BrokenChain(format!(
-                    "多个章节的 previous 都是 {last}：{}",
-                    next.join(" ")
-                )))
+        }
+        for path in files.keys() {
+            let Some(rest) = path.strip_dir(&dir) else {
+                continue;
+            };
+            if rest != "README.md"
+                && rest != MISTAKES_FILE
+                && !chapter.files.iter().any(|f| f.as_str() == rest)
+            {
+                problems.push(Problem::UnlistedFile {
+                    chapter: id,
+                    path: path.clone(),
+                });
+            }
+        }
+        for path in [
+            Some(chapter.guide()),
+            Some(chapter.test_source()),
+            with_held_out.then(|| chapter.held_out_source()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if !files.contains_key(path.as_str()) {
+                problems.push(missing(path));
+            }
+        }
+        if chapter.groups.is_empty() {
+            problems.push(Problem::NoGroups(id));
+        }
+        let mut names = BTreeSet::new();
+        for group in &chapter.groups {
+            if !names.insert(group.name.as_str()) {
+                problems.push(Problem::DuplicateGroup {
+                    chapter: id,
+                    group: group.name.clone(),
+                });
+            }
+            if group.tests == 0 {
+                problems.push(Problem::EmptyGroup {
+                    chapter: id,
+                    group: group.name.clone(),
+                });
+            }
+        }
+        if chapter.mode() == Mode::Rebuild && chapter.edit().is_empty() {
+            problems.push(Problem::NoEditFiles(id));
+        }
+        for file in chapter.edit() {
+            if !chapter.files.contains(file) {
+                problems.push(Problem::EditNotInFiles {
+                    chapter: id,
+                    file: file.clone(),
+                });
+            }
+        }
+        self.check_regions(chapter, files, problems);
+        self.check_mistakes(chapter, files, &names, problems);
+    }
+
+    fn check_regions(&self, chapter: &Chapter, files: &FileSet, problems: &mut Vec<Problem>) {
+        let mut stubbed_labs = BTreeSet::new();
+        for file in chapter.files.iter().filter(|file| file.is_rust()) {
+            let path = chapter.source(file);
+            let Some(bytes) = files.get(path.as_str()) else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(bytes);
+            if !chapter.is_edit(file) {
+                let lines = crate::regions::marker_lines(&text);
+                if !lines.is_empty() {
+                    problems.push(Problem::MarkersOutsideEdit { path, lines });
+                }
+                continue;
+            }
+            match crate::regions::RegionSource::parse(&text) {
+                Err(error) => problems.push(Problem::Regions {
+                    path,
+                    problem: error.to_string(),
+                }),
+                Ok(source) => {
+                    for region in source.regions() {
+                        if chapter.group_of_lab(region.lab).is_none() {
+                            problems.push(Problem::ForeignLab {
+                                path: path.clone(),
+                                lab: region.lab,
+                            });
+                        } else if region.stub_panics() {
+                            stubbed_labs.insert(region.lab);
+                        }
+                    }
+                }
+            }
+        }
+        for (lab, _) in chapter.labs() {
+            if !stubbed_labs.contains(&lab) {
+                problems.push(Problem::LabWithoutStub {
+                    chapter: chapter.id,
+                    lab,
+                });
             }
         }
     }
-    Ok(ordered)
+
+    fn check_mistakes(
+        &self,
+        chapter: &Chapter,
+        files: &FileSet,
+        groups: &BTreeSet<&str>,
+        problems: &mut Vec<Problem>,
+    ) {
+        let path = RepoPath::join(&chapter.dir(), MISTAKES_FILE);
+        if let Some(bytes) = files.get(path.as_str()) {
+            if let Err(error) = toml::from_str::<MistakesFile>(&String::from_utf8_lossy(bytes)) {
+                problems.push(Problem::MistakesUnreadable {
+                    path,
+                    reason: error.to_string(),
+                });
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for mistake in &chapter.mistakes {
+            if !seen.insert(mistake.name.as_str()) {
+                problems.push(Problem::DuplicateMistake {
+                    chapter: chapter.id,
+                    mistake: mistake.name.clone(),
+                });
+            }
+            if !groups.contains(mistake.group.as_str()) {
+                problems.push(Problem::MistakeGroup {
+                    chapter: chapter.id,
+                    mistake: mistake.name.clone(),
+                    group: mistake.group.clone(),
+                });
+            }
+            if !chapter.files.contains(&mistake.file) {
+                problems.push(Problem::MistakeFile {
+                    chapter: chapter.id,
+                    mistake: mistake.name.clone(),
+                    file: mistake.file.clone(),
+                });
+            }
+        }
+    }
 }

@@ -4,13 +4,16 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
-/// Repository-relative, `/`-separated path → content.
-pub type FileSet = BTreeMap<String, Vec<u8>>;
+use crate::catalog::HELD_OUT_DIR;
+use crate::paths::RepoPath;
 
-/// The data directories that make up the course.
-pub const DATA_DIRS: &[&str] = &["chapters", "skeletons", "tests"];
-/// Instructor-only tests: on disk in the course repo, never embedded, never in practice.
-pub const HELD_OUT_DIR: &str = "tests/held-out";
+/// Repository-relative path → content.
+pub type FileSet = BTreeMap<RepoPath, Vec<u8>>;
+
+/// What makes up the course: the chapters with their manifest, the tests, and the runner
+/// crate that every workspace carries. `skeletons/` is generated from `chapters/` and so is
+/// not course data.
+pub const DATA_DIRS: &[&str] = &["chapters", "tests", "course-cli/runner"];
 
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/embedded_files.rs"));
@@ -20,8 +23,13 @@ mod generated {
 pub fn embedded() -> FileSet {
     generated::FILES
         .iter()
-        .map(|(path, bytes)| ((*path).to_string(), bytes.to_vec()))
+        .map(|(path, bytes)| (RepoPath::new(*path), bytes.to_vec()))
         .collect()
+}
+
+/// Whether a repository path belongs to the course data the binary embeds.
+pub fn is_embedded_path(path: &str) -> bool {
+    !path.starts_with(&format!("{HELD_OUT_DIR}/"))
 }
 
 /// The course data of a checkout, held-out tests included.
@@ -45,17 +53,15 @@ pub fn load_checkout(repo_root: &Path) -> io::Result<FileSet> {
                 .map(|component| component.as_os_str().to_string_lossy().into_owned())
                 .collect::<Vec<_>>()
                 .join("/");
-            files.insert(relative, std::fs::read(entry.path())?);
+            files.insert(RepoPath::new(relative), std::fs::read(entry.path())?);
         }
     }
     Ok(files)
 }
 
 /// Files below `dir/`, keyed by the path relative to it.
-pub fn under<'a>(files: &'a FileSet, dir: &str) -> impl Iterator<Item = (&'a str, &'a [u8])> {
-    let prefix = format!("{dir}/");
-    files.iter().filter_map(move |(path, bytes)| {
-        path.strip_prefix(&prefix)
-            .map(|rest| (rest, bytes.as_slice()))
-    })
+pub fn under<'a>(files: &'a FileSet, dir: &'a str) -> impl Iterator<Item = (&'a str, &'a [u8])> {
+    files
+        .iter()
+        .filter_map(move |(path, bytes)| path.strip_dir(dir).map(|rest| (rest, bytes.as_slice())))
 }

@@ -1,38 +1,70 @@
-//! `LEARNING.md`: the practice workspace's own instructions, generated from the manifest.
+//! `LEARNING.md`: the practice workspace's own instructions, generated from the manifest and
+//! the Lab regions, so it can never disagree with what `verify` proves.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::assemble::crate_path;
-use crate::catalog::{Catalog, Chapter, Mode};
+use course_runner::LabId;
+
+use crate::assemble::{region_source, AssembleError};
+use crate::catalog::{Catalog, Chapter, Kind};
+use crate::files::FileSet;
 
 pub const FILE_NAME: &str = "LEARNING.md";
 /// The chapter guide, copied into the workspace so the learner can read it offline.
 pub const GUIDE_FILE_NAME: &str = "CHAPTER.md";
 
+/// The stub messages of each Lab, in file order: what its first red can say.
+pub fn stub_messages(
+    data: &FileSet,
+    chapter: &Chapter,
+) -> Result<BTreeMap<LabId, Vec<String>>, AssembleError> {
+    let mut messages: BTreeMap<LabId, Vec<String>> = BTreeMap::new();
+    for file in chapter.edit().iter().filter(|file| file.is_rust()) {
+        let source = region_source(data, &chapter.source(file))?;
+        for region in source
+            .regions()
+            .into_iter()
+            .filter(|region| region.stub_panics())
+        {
+            messages
+                .entry(region.lab)
+                .or_default()
+                .push(region.stub_message());
+        }
+    }
+    Ok(messages)
+}
+
 /// Renders the Chinese learning card for `chapter`.
-pub fn render(catalog: &Catalog, chapter: &Chapter) -> String {
+pub fn render(
+    catalog: &Catalog,
+    data: &FileSet,
+    chapter: &Chapter,
+) -> Result<String, AssembleError> {
     let mut out = String::new();
-    let id = &chapter.id;
+    let id = chapter.id;
     let _ = writeln!(out, "# 第 {id} 章练习：{}\n", chapter.title);
-    let _ = writeln!(out, "- 模式：{}", chapter.mode.label());
-    match (chapter.mode, &chapter.previous) {
-        (Mode::Observe, _) => {
+    let _ = writeln!(out, "- 模式：{}", chapter.mode().label());
+    match (&chapter.kind, catalog.previous(chapter)) {
+        (Kind::Observe { shows }, _) => {
             let _ = writeln!(
                 out,
-                "- 内容：已完成的代码，供你运行、预测和有控制地破坏；本章不需要重写任何文件"
+                "- 内容：第 {shows} 章完成时的代码加上本章的演示，供你运行、预测和有控制地破坏；本章不需要重写任何文件"
             );
         }
-        (Mode::Rebuild, Some(previous)) => {
+        (Kind::Rebuild { .. }, Some(previous)) => {
             let _ = writeln!(
                 out,
-                "- 起点：第 {previous} 章完成时的参考实现，加上第 {id} 章的测试与代码骨架"
+                "- 起点：第 {} 章完成时的参考实现，加上第 {id} 章的测试与代码骨架",
+                previous.id
             );
             let _ = writeln!(
                 out,
                 "- 终点：第 {id} 章的每个测试组都变绿，之前各章的测试保持绿色"
             );
         }
-        (Mode::Rebuild, None) => {
+        (Kind::Rebuild { .. }, None) => {
             let _ = writeln!(
                 out,
                 "- 起点：空的 pi-course crate，加上第 {id} 章的测试与代码骨架"
@@ -42,57 +74,69 @@ pub fn render(catalog: &Catalog, chapter: &Chapter) -> String {
     }
     let _ = writeln!(
         out,
-        "- 章节指南：CHAPTER.md（与课程仓库 {}/README.md 相同）",
-        chapter.dir()
+        "- 章节指南：{GUIDE_FILE_NAME}（与课程仓库 {} 相同）",
+        chapter.guide()
     );
-    if !chapter.edit.is_empty() {
+    if !chapter.edit().is_empty() {
         let _ = writeln!(out, "- 你要编辑的文件：");
-        for file in &chapter.edit {
-            let _ = writeln!(out, "  - `{}`", crate_path(file));
+        for file in chapter.edit() {
+            let _ = writeln!(out, "  - `{}`", file.in_workspace());
         }
     }
 
-    if chapter.mode == Mode::Rebuild {
-        let _ = writeln!(out, "\n## 按 Lab 推进\n");
-        let _ = writeln!(
-            out,
-            "| Lab | 内容 | 命令 | 完成时 | 第一次运行看到的红色信息 |"
-        );
-        let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
-        for group in &chapter.groups {
+    match &chapter.kind {
+        Kind::Rebuild { .. } => {
+            let messages = stub_messages(data, chapter)?;
+            let _ = writeln!(out, "\n## 按 Lab 推进\n");
             let _ = writeln!(
                 out,
-                "| {} | {} | `cargo xtask test {id} --group {}` | {n}/{n} ✓ | 含 `{}` 的“尚未实现” panic |",
-                group.lab,
-                group.summary,
-                group.name,
-                group.marker,
-                n = group.count,
+                "| Lab | 内容 | 命令 | 完成时 | 开始这个 Lab 时的第一次红灯 |"
+            );
+            let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
+            for (lab, group) in chapter.labs() {
+                let first_red = messages
+                    .get(&lab)
+                    .map(|list| {
+                        list.iter()
+                            .map(|m| format!("`{m}`"))
+                            .collect::<Vec<_>>()
+                            .join(" 或 ")
+                    })
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "| {lab} | {} | `cargo xtask test {id} --group {}` | {n}/{n} ✓ | {first_red} |",
+                    group.summary,
+                    group.name,
+                    n = group.tests,
+                );
+            }
+            let _ = writeln!(
+                out,
+                "\n按表格顺序一个 Lab 一个 Lab 地做：先运行命令，读第一条红色信息，再改代码。\
+                 “第一次红灯”一栏由 `cargo xtask verify` 在“之前的 Lab 都已完成”的状态下逐个证明过。"
             );
         }
-        let _ = writeln!(
-            out,
-            "\n按表格顺序一个 Lab 一个 Lab 地做：先运行命令，读第一条红色信息，再改代码。"
-        );
-    } else {
-        let _ = writeln!(out, "\n## 先预测，再运行\n");
-        let _ = writeln!(out, "1. 读 CHAPTER.md，写下你对输出的预测。");
-        let _ = writeln!(
-            out,
-            "2. 运行演示：`cargo run -p pi-course --example prologue`，对照你的预测。"
-        );
-        let _ = writeln!(
-            out,
-            "3. 运行本章测试：`cargo xtask test {id}`，每组都应显示 ✓。"
-        );
-        for mutation in &chapter.mutations {
+        Kind::Observe { .. } => {
+            let _ = writeln!(out, "\n## 先预测，再运行\n");
+            let _ = writeln!(out, "1. 读 {GUIDE_FILE_NAME}，写下你对输出的预测。");
             let _ = writeln!(
                 out,
-                "4. 有控制地破坏：{}（改 `{}`），预测哪个测试组会变红，再运行 `cargo xtask test {id} --group {}` 验证，最后改回来。",
-                mutation.description,
-                crate_path(&mutation.file),
-                mutation.group,
+                "2. 运行演示：`cargo run -p pi-course --example prologue`，对照你的预测。"
             );
+            let _ = writeln!(
+                out,
+                "3. 运行本章测试：`cargo xtask test {id}`，每组都应显示 ✓。"
+            );
+            for mistake in &chapter.mistakes {
+                let _ = writeln!(
+                    out,
+                    "4. 有控制地破坏：{}（改 `{}`），预测哪个测试组会变红，再运行 `cargo xtask test {id} --group {}` 验证，最后改回来。",
+                    mistake.description,
+                    mistake.file.in_workspace(),
+                    mistake.group,
+                );
+            }
         }
     }
 
@@ -101,27 +145,29 @@ pub fn render(catalog: &Catalog, chapter: &Chapter) -> String {
         out,
         "- `cargo xtask test {id}`：本章每组显示 `k/n ✓` 且 k = n，命令退出码为 0。"
     );
-    let earlier: Vec<&str> = catalog
-        .chain(id)
+    let earlier: Vec<String> = catalog
+        .chain(chapter)
         .iter()
-        .filter(|step| step.id != *id)
-        .map(|step| step.id.as_str())
+        .filter(|step| step.id != id)
+        .map(|step| step.id.to_string())
         .collect();
-    if !earlier.is_empty() {
+    if let Some(last) = earlier.last() {
         let _ = writeln!(
             out,
-            "- 之前各章（{}）的测试保持绿色，例如 `cargo xtask test {}`；`cargo test` 会一次运行全部测试。",
+            "- 之前各章（{}）的测试保持绿色，例如 `cargo xtask test {last}`；`cargo test` 会一次运行全部测试。",
             earlier.join("、"),
-            earlier.last().expect("non-empty"),
         );
     }
 
     let _ = writeln!(out, "\n## 规则\n");
     let _ = writeln!(
         out,
-        "- 不要修改 `pi-course/tests/` 下注入的测试；`cargo xtask test` 发现改动会发出警告。"
+        "- 不要修改 `pi-course/tests/` 下注入的测试；改动过的测试不会得到判定，`cargo xtask restore-tests` 可把它们恢复原样（不动你的代码）。"
     );
-    let _ = writeln!(out, "- 想从头再来，就用 `practice {id} <新目录>` 生成另一个目录；这里没有 Git 历史，不要尝试恢复提交。");
+    let _ = writeln!(
+        out,
+        "- 想从头再来，就用 `practice {id} <新目录>` 生成另一个目录；这里没有 Git 历史。"
+    );
     let _ = writeln!(out, "- 本目录不含本章的参考答案，也不含讲师的保留测试。");
-    out
+    Ok(out)
 }

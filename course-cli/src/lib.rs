@@ -1,4 +1,6 @@
-//! pi-course engine: the course catalog, pure workspace assembly, and the atomic writer.
+//! pi-course engine: the course catalog, Lab regions, pure workspace assembly, and the
+//! atomic writer. The group runner is its own crate, `course-runner`, because every practice
+//! workspace carries it.
 //!
 //! Both the `practice` binary and the course xtask use this library, so what CI verifies is
 //! byte for byte what learners receive.
@@ -7,5 +9,8 @@ pub mod assemble;
 pub mod catalog;
 pub mod files;
 pub mod learning;
-pub mod runner;
+pub mod paths;
+pub mod regions;
 pub mod write;
+
+pub use course_runner as runner;

@@ -148,7 +148,7 @@ pub fn write_new_workspace(snapshot: &Snapshot, target: &Path) -> Result<PathBuf
         .and_then(|value| value.parse().ok())
         .map(Duration::from_millis);
     for (relative, bytes) in snapshot {
-        let path = staging.path().join(relative);
+        let path = staging.path().join(relative.as_str());
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(io_error("创建目录", dir))?;
         }
@@ -197,7 +197,7 @@ fn make_world_readable(_dir: &Path) -> Result<(), WriteError> {
 pub fn sync_scratch_dir(snapshot: &Snapshot, dir: &Path) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     for (relative, bytes) in snapshot {
-        let path = dir.join(relative);
+        let path = dir.join(relative.as_str());
         if fs::read(&path).ok().as_deref() == Some(bytes.as_slice()) {
             continue;
         }
@@ -220,7 +220,7 @@ pub fn sync_scratch_dir(snapshot: &Snapshot, dir: &Path) -> io::Result<()> {
                 .map(|component| component.as_os_str().to_string_lossy().into_owned())
                 .collect::<Vec<_>>()
                 .join("/");
-            !snapshot.contains_key(&key) && !key.starts_with("target/")
+            !snapshot.contains_key(key.as_str()) && !key.starts_with("target/")
         })
         .map(|entry| entry.into_path())
         .collect();

@@ -1,38 +1,87 @@
-//! Pure assembly over a small fixture course: overlay order, answer-free practice, stamps,
-//! held-out isolation, mutations and the manifest/tree check.
+//! Pure assembly over a small fixture course: course order, Lab regions turned into skeletons
+//! and "solved before" states, answer-free practice, stamps, held-out isolation, mistakes and
+//! the typed manifest/tree check.
 
-use course_cli::assemble::{self, Snapshot};
-use course_cli::catalog::{Catalog, ChapterIdError};
+use course_cli::assemble::{self, Snapshot, Solved};
+use course_cli::catalog::{Catalog, CatalogError, ChapterIdError, Problem};
 use course_cli::files::FileSet;
-use course_cli::runner::{content_hash, Stamp, STAMP_FILE};
+use course_cli::paths::{RepoPath, WorkspacePath};
+use course_cli::runner::{content_hash, ChapterId, LabId, Stamp, STAMP_FILE};
 
-fn group(name: &str, lab: &str) -> serde_json::Value {
-    serde_json::json!({"name": name, "lab": lab, "prefix": format!("{name}::"), "count": 1,
-        "summary": "组", "marker": format!("Lab {lab}")})
+const MANIFEST: &str = r#"
+format = 1
+
+[[chapter]]
+id = "00"
+slug = "zero"
+title = "序章"
+mode = "observe"
+shows = "02"
+files = ["src/lib.rs"]
+groups = [{ group = "tour", tests = 1, summary = "看一看" }]
+
+[[chapter]]
+id = "01"
+slug = "one"
+title = "第一章"
+mode = "rebuild"
+files = ["src/lib.rs", "src/one.rs"]
+edit = ["src/one.rs"]
+labs = [{ group = "alpha", tests = 1, summary = "甲" }]
+
+[[chapter]]
+id = "02"
+slug = "two"
+title = "第二章"
+mode = "rebuild"
+files = ["src/lib.rs", "src/two.rs"]
+edit = ["src/two.rs"]
+labs = [
+    { group = "alpha", tests = 2, summary = "甲" },
+    { group = "beta", tests = 1, summary = "乙" },
+]
+"#;
+
+const TWO: &str = "\
+//! Chapter two.
+
+pub fn first() -> u32 {
+    // region: Lab 2.1 first
+    helper() + 40
+    // endregion
 }
 
-fn manifest(id: &str, slug: &str, mode: &str, previous: Option<&str>, edit: &[&str]) -> Vec<u8> {
-    let files: Vec<String> = std::iter::once("src/lib.rs".to_string())
-        .chain(edit.iter().map(|file| file.to_string()))
-        .collect();
-    serde_json::to_vec(&serde_json::json!({
-        "id": id, "slug": slug, "title": format!("标题 {id}"), "mode": mode,
-        "previous": previous, "files": files, "edit": edit,
-        "test": format!("{id}_{slug}.rs"), "held_out": format!("{id}_{slug}.rs"),
-        "groups": [group("alpha", &format!("{}.1", id.trim_start_matches('0')))],
-        "mutations": [{"name": "m", "description": "弄坏", "file": "src/lib.rs",
-            "find": format!("chapter {id}"), "replace": "broken", "group": "alpha", "expect": "x"}]
-    }))
-    .unwrap()
+// region: Lab 2.1 answer-only helper
+fn helper() -> u32 {
+    2
 }
+// endregion
+
+pub fn second() -> u32 {
+    // region: Lab 2.2 second
+    first() * 2
+    // endregion
+}
+";
+
+const MISTAKES: &str = r#"
+[[mistake]]
+name = "off-by-one"
+group = "alpha"
+description = "差一"
+file = "src/two.rs"
+find = "helper() + 40"
+replace = "helper() + 41"
+expect = "first 必须是 42"
+"#;
 
 fn put(files: &mut FileSet, path: &str, content: &str) {
-    files.insert(path.to_string(), content.as_bytes().to_vec());
+    files.insert(RepoPath::new(path), content.as_bytes().to_vec());
 }
 
-/// 01 (rebuild, first) → 02 (rebuild) → 00 (observe).
 fn fixture() -> FileSet {
     let mut files = FileSet::new();
+    put(&mut files, "chapters/course.toml", MANIFEST);
     put(&mut files, "chapters/_crate/Cargo.toml", "[workspace]\n");
     put(&mut files, "chapters/_crate/Cargo.lock", "# lock\n");
     put(&mut files, "chapters/_crate/gitignore", "target/\n");
@@ -41,17 +90,10 @@ fn fixture() -> FileSet {
         "chapters/_crate/pi-course/src/lib.rs",
         "// base\n",
     );
-    for (id, slug, mode, previous, edit) in [
-        ("01", "one", "rebuild", None, "src/one.rs"),
-        ("02", "two", "rebuild", Some("01"), "src/two.rs"),
-        ("00", "zero", "observe", Some("02"), ""),
-    ] {
-        let edit: Vec<&str> = if edit.is_empty() { vec![] } else { vec![edit] };
+    put(&mut files, "course-cli/runner/Cargo.toml", "[package]\n");
+    put(&mut files, "course-cli/runner/src/lib.rs", "// runner\n");
+    for (id, slug) in [("00", "zero"), ("01", "one"), ("02", "two")] {
         let dir = format!("chapters/{id}-{slug}");
-        files.insert(
-            format!("{dir}/chapter.json"),
-            manifest(id, slug, mode, previous, &edit),
-        );
         put(
             &mut files,
             &format!("{dir}/README.md"),
@@ -62,18 +104,6 @@ fn fixture() -> FileSet {
             &format!("{dir}/src/lib.rs"),
             &format!("// lib as of chapter {id}\n"),
         );
-        for file in &edit {
-            put(
-                &mut files,
-                &format!("{dir}/{file}"),
-                &format!("// ANSWER {id}\n"),
-            );
-            put(
-                &mut files,
-                &format!("skeletons/{id}-{slug}/{file}"),
-                &format!("// Lab {id} 尚未实现\n"),
-            );
-        }
         put(
             &mut files,
             &format!("tests/{id}_{slug}.rs"),
@@ -85,6 +115,13 @@ fn fixture() -> FileSet {
             &format!("// held {id}\n"),
         );
     }
+    put(
+        &mut files,
+        "chapters/01-one/src/one.rs",
+        "pub fn one() -> u8 {\n    // region: Lab 1.1 one\n    1\n    // endregion\n}\n",
+    );
+    put(&mut files, "chapters/02-two/src/two.rs", TWO);
+    put(&mut files, "chapters/02-two/mistakes.toml", MISTAKES);
     files
 }
 
@@ -97,45 +134,80 @@ fn text<'a>(snapshot: &'a Snapshot, path: &str) -> &'a str {
     .unwrap()
 }
 
+fn id(text: &str) -> ChapterId {
+    text.parse().unwrap()
+}
+
+fn lab(text: &str) -> LabId {
+    text.parse().unwrap()
+}
+
 #[test]
-fn catalog_follows_previous_links_and_resolves_ids() {
+fn catalog_keeps_manifest_order_and_derives_labs() {
     let catalog = Catalog::from_files(&fixture()).unwrap();
-    let order: Vec<&str> = catalog
+    let order: Vec<String> = catalog
         .chapters()
         .iter()
-        .map(|chapter| chapter.id.as_str())
+        .map(|c| c.id.to_string())
         .collect();
-    assert_eq!(order, ["01", "02", "00"]);
-    assert_eq!(catalog.resolve("2").unwrap().id, "02");
-    assert_eq!(catalog.resolve("02").unwrap().id, "02");
+    assert_eq!(
+        order,
+        ["00", "01", "02"],
+        "course order is the manifest's order"
+    );
+    let two = catalog.resolve("2").unwrap();
+    assert_eq!(two.test_target(), "02_two");
+    let markers: Vec<String> = two.groups.iter().filter_map(|g| g.marker()).collect();
+    assert_eq!(
+        markers,
+        ["Lab 2.1", "Lab 2.2"],
+        "markers come from the Lab position"
+    );
+    assert_eq!(two.mistakes.len(), 1);
+    let zero = catalog.resolve("0").unwrap();
+    assert_eq!(zero.groups[0].marker(), None, "observe groups have no Lab");
+    let chain: Vec<String> = catalog
+        .chain(zero)
+        .iter()
+        .map(|c| c.id.to_string())
+        .collect();
+    assert_eq!(
+        chain,
+        ["01", "02", "00"],
+        "observe chapters run the code they show"
+    );
     for bad in ["abc", "6.0", "-1", "123", ""] {
         assert!(
             matches!(catalog.resolve(bad), Err(ChapterIdError::Malformed { .. })),
             "{bad}"
         );
     }
-    let unknown = catalog.resolve("09").unwrap_err();
-    assert!(unknown.to_string().contains("00 01 02"), "{unknown}");
+    let unknown = catalog.resolve("09").unwrap_err().to_string();
+    assert!(unknown.contains("00 01 02"), "{unknown}");
 }
 
 #[test]
-fn reference_layers_overlays_in_course_order() {
+fn reference_strips_markers_and_layers_chapters() {
     let data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
-    let reference = assemble::reference(&catalog, &data, "02").unwrap();
+    let reference = assemble::reference(&catalog, &data, catalog.get(id("02")).unwrap()).unwrap();
     assert_eq!(
         text(&reference, "pi-course/src/lib.rs"),
         "// lib as of chapter 02\n"
     );
-    assert_eq!(text(&reference, "pi-course/src/one.rs"), "// ANSWER 01\n");
-    assert_eq!(text(&reference, "pi-course/src/two.rs"), "// ANSWER 02\n");
+    assert_eq!(
+        text(&reference, "pi-course/src/one.rs"),
+        "pub fn one() -> u8 {\n    1\n}\n"
+    );
+    assert!(!text(&reference, "pi-course/src/two.rs").contains("region"));
     assert!(reference.contains_key("pi-course/tests/01_one.rs"));
-    assert!(reference.contains_key("pi-course/tests/02_two.rs"));
+    assert_eq!(text(&reference, "xtask/runner/src/lib.rs"), "// runner\n");
     assert!(reference.contains_key(".gitignore"));
-    assert!(reference.contains_key(assemble::RUNNER_PATH));
-    assert!(!reference.keys().any(|path| path.contains("held_out")));
-
-    let with_held_out = assemble::reference_with_held_out(&catalog, &data, "02").unwrap();
+    assert!(!reference
+        .keys()
+        .any(|path| path.as_str().contains("held_out")));
+    let with_held_out =
+        assemble::reference_with_held_out(&catalog, &data, catalog.get(id("02")).unwrap()).unwrap();
     assert_eq!(
         text(&with_held_out, "pi-course/tests/held_out_02_two.rs"),
         "// held 02\n"
@@ -143,67 +215,115 @@ fn reference_layers_overlays_in_course_order() {
 }
 
 #[test]
-fn practice_is_previous_reference_plus_skeleton_and_is_answer_free() {
+fn practice_stubs_every_lab_and_leaks_nothing() {
     let data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
-    let practice = assemble::practice(&catalog, &data, "02").unwrap();
-    assert_eq!(
-        text(&practice, "pi-course/src/two.rs"),
-        "// Lab 02 尚未实现\n"
+    let two = catalog.get(id("02")).unwrap();
+    let practice = assemble::practice(&catalog, &data, two).unwrap();
+    let skeleton = text(&practice, "pi-course/src/two.rs");
+    assert!(
+        skeleton.contains("panic!(\"Lab 2.1 first 尚未实现\")"),
+        "{skeleton}"
     );
+    assert!(
+        skeleton.contains("panic!(\"Lab 2.2 second 尚未实现\")"),
+        "{skeleton}"
+    );
+    assert!(
+        !skeleton.contains("fn helper"),
+        "answer-only helpers vanish: {skeleton}"
+    );
+    assert!(skeleton.contains("#![allow(unused_imports, unused_variables, dead_code)]"));
     assert_eq!(
         text(&practice, "pi-course/src/one.rs"),
-        "// ANSWER 01\n",
-        "carried chapter"
-    );
-    assert_eq!(
-        text(&practice, "pi-course/src/lib.rs"),
-        "// lib as of chapter 02\n"
+        "pub fn one() -> u8 {\n    1\n}\n"
     );
     assert_eq!(text(&practice, "CHAPTER.md"), "# guide 02\n");
-    assert!(text(&practice, "LEARNING.md").contains("cargo xtask test 02 --group alpha"));
-    assert!(!practice
-        .keys()
-        .any(|path| path.contains("held_out") || path.starts_with(".git/")));
-    assert!(assemble::answer_leaks(&catalog, &data, "02", &practice)
-        .unwrap()
-        .is_empty());
-
-    let mut leaked = practice.clone();
-    leaked.insert("pi-course/src/two.rs".into(), b"// ANSWER 02\n".to_vec());
+    let learning = text(&practice, "LEARNING.md");
+    assert!(
+        learning.contains("cargo xtask test 02 --group beta"),
+        "{learning}"
+    );
+    assert!(
+        learning.contains("`Lab 2.2 second 尚未实现`"),
+        "first red per Lab: {learning}"
+    );
     assert_eq!(
-        assemble::answer_leaks(&catalog, &data, "02", &leaked).unwrap(),
-        ["pi-course/src/two.rs"]
+        assemble::answer_leaks(&data, two, &practice).unwrap(),
+        Vec::<String>::new()
     );
 }
 
 #[test]
-fn stamp_records_chain_and_test_hashes() {
+fn a_leaked_region_body_is_found_anywhere_in_practice() {
+    let mut data = fixture();
+    let long = "    let total: u32 = (1..=10).map(|n| n * n).sum();\n    total\n";
+    put(
+        &mut data,
+        "chapters/02-two/src/two.rs",
+        &TWO.replace("    first() * 2\n", long),
+    );
+    let catalog = Catalog::from_files(&data).unwrap();
+    let two = catalog.get(id("02")).unwrap();
+    let mut practice = assemble::practice(&catalog, &data, two).unwrap();
+    practice.insert(
+        WorkspacePath::new("pi-course/src/extra.rs"),
+        format!("fn x() -> u32 {{\n{long}}}\n").into_bytes(),
+    );
+    let leaks = assemble::answer_leaks(&data, two, &practice).unwrap();
+    assert_eq!(leaks.len(), 1, "{leaks:?}");
+    assert!(
+        leaks[0].contains("pi-course/src/extra.rs 含有 Lab 2.2 second 的答案"),
+        "{leaks:?}"
+    );
+}
+
+#[test]
+fn solved_before_keeps_earlier_labs_from_the_reference() {
     let data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
-    let practice = assemble::practice(&catalog, &data, "02").unwrap();
+    let two = catalog.get(id("02")).unwrap();
+    let state = assemble::lab_state(&catalog, &data, two, Solved::Before(lab("2.2"))).unwrap();
+    let file = text(&state, "pi-course/src/two.rs");
+    assert!(file.contains("    helper() + 40\n"), "{file}");
+    assert!(file.contains("fn helper() -> u32"), "{file}");
+    assert!(
+        file.contains("panic!(\"Lab 2.2 second 尚未实现\")"),
+        "{file}"
+    );
+
+    let snapshot = assemble::practice_solved_before(&catalog, &data, two, lab("2.2")).unwrap();
+    let stamp: Stamp = serde_json::from_slice(&snapshot[STAMP_FILE]).unwrap();
+    assert_eq!(stamp.state, "solved before Lab 2.2");
+}
+
+#[test]
+fn stamp_records_chain_hashes_and_pristine_copies() {
+    let data = fixture();
+    let catalog = Catalog::from_files(&data).unwrap();
+    let practice = assemble::practice(&catalog, &data, catalog.get(id("02")).unwrap()).unwrap();
     let stamp: Stamp = serde_json::from_slice(&practice[STAMP_FILE]).unwrap();
-    assert_eq!(stamp.chapter, "02");
-    assert_eq!(stamp.mode, "rebuild");
-    let ids: Vec<&str> = stamp
-        .chapters
-        .iter()
-        .map(|tests| tests.id.as_str())
-        .collect();
+    assert_eq!(stamp.chapter, id("02"));
+    assert_eq!(stamp.state, "rebuild");
+    let ids: Vec<String> = stamp.chapters.iter().map(|t| t.id.to_string()).collect();
     assert_eq!(ids, ["01", "02"]);
     assert_eq!(
         stamp.injected["pi-course/tests/02_two.rs"],
         content_hash(b"// tests 02\n")
     );
     assert_eq!(stamp.injected.len(), 2);
+    assert_eq!(
+        text(&practice, "xtask/pristine-tests/02_two.rs"),
+        "// tests 02\n"
+    );
 }
 
 #[test]
-fn observe_mode_gives_the_finished_code() {
+fn observe_mode_gives_the_finished_code_of_the_chapter_it_shows() {
     let data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
-    let practice = assemble::practice(&catalog, &data, "00").unwrap();
-    assert_eq!(text(&practice, "pi-course/src/two.rs"), "// ANSWER 02\n");
+    let practice = assemble::practice(&catalog, &data, catalog.get(id("00")).unwrap()).unwrap();
+    assert!(text(&practice, "pi-course/src/two.rs").contains("helper() + 40"));
     assert_eq!(
         text(&practice, "pi-course/src/lib.rs"),
         "// lib as of chapter 00\n"
@@ -213,66 +333,142 @@ fn observe_mode_gives_the_finished_code() {
 }
 
 #[test]
-fn mutation_must_match_exactly_once() {
+fn a_mistake_must_match_exactly_once() {
     let data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
-    let chapter = catalog.get("02").unwrap();
-    let mut snapshot = assemble::reference(&catalog, &data, "02").unwrap();
-    assemble::apply_mutation(&mut snapshot, &chapter.mutations[0]).unwrap();
-    assert_eq!(
-        text(&snapshot, "pi-course/src/lib.rs"),
-        "// lib as of broken\n"
-    );
-    let error = assemble::apply_mutation(&mut snapshot, &chapter.mutations[0]).unwrap_err();
+    let two = catalog.get(id("02")).unwrap();
+    let mut snapshot = assemble::reference(&catalog, &data, two).unwrap();
+    assemble::apply_mistake(&mut snapshot, &two.mistakes[0]).unwrap();
+    assert!(text(&snapshot, "pi-course/src/two.rs").contains("helper() + 41"));
+    let error = assemble::apply_mistake(&mut snapshot, &two.mistakes[0]).unwrap_err();
     assert!(error.to_string().contains("出现 0 次"), "{error}");
 }
 
 #[test]
-fn tree_check_reports_missing_and_unlisted_files() {
+fn tree_check_returns_typed_problems() {
     let mut data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
-    assert!(
-        catalog.check_tree(&data).is_empty(),
-        "{:?}",
-        catalog.check_tree(&data)
-    );
-    data.remove("skeletons/02-two/src/two.rs");
+    assert_eq!(catalog.check_tree(&data, true), Vec::<Problem>::new());
+    data.remove("tests/held-out/02_two.rs");
     put(&mut data, "chapters/01-one/src/stray.rs", "");
     put(&mut data, "tests/99_orphan.rs", "");
-    let problems = catalog.check_tree(&data).join("\n");
+    put(
+        &mut data,
+        "chapters/02-two/src/lib.rs",
+        "// region: Lab 2.1 x\n// endregion\n",
+    );
+    let problems = catalog.check_tree(&data, true);
+    assert!(problems.contains(&Problem::MissingFile {
+        chapter: id("02"),
+        path: RepoPath::new("tests/held-out/02_two.rs")
+    }));
+    assert!(problems.contains(&Problem::UnlistedFile {
+        chapter: id("01"),
+        path: RepoPath::new("chapters/01-one/src/stray.rs")
+    }));
+    assert!(problems.contains(&Problem::UnclaimedTest(RepoPath::new("tests/99_orphan.rs"))));
+    assert!(problems.contains(&Problem::MarkersOutsideEdit {
+        path: RepoPath::new("chapters/02-two/src/lib.rs"),
+        lines: vec![1, 2]
+    }));
+    assert_eq!(problems.len(), 4, "{problems:?}");
     assert!(
-        problems.contains("缺少骨架文件 skeletons/02-two/src/two.rs"),
-        "{problems}"
+        catalog.check_tree(&data, false).len() == 3,
+        "without held-out tests they are not required"
+    );
+
+    let mut broken = fixture();
+    put(
+        &mut broken,
+        "chapters/02-two/src/two.rs",
+        &TWO.replace("// region: Lab 2.2 second", "// region: Lab 2.3 second"),
+    );
+    put(
+        &mut broken,
+        "chapters/02-two/mistakes.toml",
+        &MISTAKES.replace("group = \"alpha\"", "group = \"gamma\""),
+    );
+    let catalog = Catalog::from_files(&broken).unwrap();
+    let problems = catalog.check_tree(&broken, true);
+    let two = RepoPath::new("chapters/02-two/src/two.rs");
+    assert!(
+        problems.contains(&Problem::ForeignLab {
+            path: two,
+            lab: lab("2.3")
+        }),
+        "{problems:?}"
     );
     assert!(
-        problems.contains("chapters/01-one/src/stray.rs 未在清单 files 中列出"),
-        "{problems}"
+        problems.contains(&Problem::LabWithoutStub {
+            chapter: id("02"),
+            lab: lab("2.2")
+        }),
+        "{problems:?}"
     );
     assert!(
-        problems.contains("tests/99_orphan.rs 不属于任何章节"),
-        "{problems}"
+        problems
+            .iter()
+            .any(|p| matches!(p, Problem::MistakeGroup { group, .. } if group == "gamma")),
+        "{problems:?}"
     );
 }
 
 #[test]
-fn duplicate_ids_and_broken_chains_are_refused() {
+fn malformed_manifests_are_refused_with_a_reason() {
     let mut data = fixture();
-    data.insert(
-        "chapters/02-again/chapter.json".into(),
-        manifest("02", "again", "rebuild", Some("01"), &[]),
+    put(
+        &mut data,
+        "chapters/course.toml",
+        &MANIFEST.replace("id = \"01\"", "id = \"02\""),
     );
-    assert!(Catalog::from_files(&data)
-        .unwrap_err()
-        .to_string()
-        .contains("重复"));
+    assert_eq!(
+        Catalog::from_files(&data).unwrap_err(),
+        CatalogError::DuplicateId(id("02"))
+    );
 
     let mut data = fixture();
-    data.insert(
-        "chapters/03-three/chapter.json".into(),
-        manifest("03", "three", "rebuild", Some("01"), &[]),
+    put(
+        &mut data,
+        "chapters/course.toml",
+        &MANIFEST.replace("format = 1", "format = 9"),
     );
-    assert!(Catalog::from_files(&data)
-        .unwrap_err()
-        .to_string()
-        .contains("previous 都是 01"));
+    assert_eq!(
+        Catalog::from_files(&data).unwrap_err(),
+        CatalogError::Format(9)
+    );
+
+    let mut data = fixture();
+    put(
+        &mut data,
+        "chapters/course.toml",
+        &MANIFEST.replace("shows = \"02\"", "shows = \"07\""),
+    );
+    assert!(matches!(
+        Catalog::from_files(&data),
+        Err(CatalogError::UnknownShows { .. })
+    ));
+
+    let mut data = fixture();
+    put(
+        &mut data,
+        "chapters/course.toml",
+        &MANIFEST.replace("edit = [\"src/one.rs\"]", "shows = \"00\""),
+    );
+    let error = Catalog::from_files(&data).unwrap_err().to_string();
+    assert!(
+        error.contains("rebuild") && error.contains("edit"),
+        "{error}"
+    );
+
+    let mut data = fixture();
+    put(
+        &mut data,
+        "chapters/course.toml",
+        &MANIFEST.replace("slug = \"one\"", "slug = \"one\"\nprevious = \"00\""),
+    );
+    let error = Catalog::from_files(&data).unwrap_err().to_string();
+    assert!(
+        error.contains("previous"),
+        "unknown keys are refused: {error}"
+    );
 }

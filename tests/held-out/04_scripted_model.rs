@@ -20,7 +20,7 @@ async fn collect(stream: &AssistantMessageEventStream) -> Vec<ModelEvent> {
 async fn within<F: std::future::Future>(body: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(1), body)
         .await
-        .expect("1 秒内没有终态")
+        .expect("1 秒内没有等到终态事件")
 }
 
 fn context(value: &str) -> AgentContext {
@@ -51,24 +51,35 @@ async fn three_turns_with_two_calls_each_get_their_own_index() {
                 _ => None,
             })
             .collect();
-        assert_eq!(indexes, [0, 1]);
+        assert_eq!(indexes, [0, 1], "两个调用块各有自己的 contentIndex");
         let ModelEvent::ToolcallDelta { delta, .. } = &first[1] else {
-            panic!("{first:?}")
+            panic!("第二个事件应是第一个调用的 toolcall_delta：{first:?}")
         };
-        assert_eq!(delta, r#"{"pattern":"fn","paths":["a","b"]}"#);
+        assert_eq!(
+            delta, r#"{"pattern":"fn","paths":["a","b"]}"#,
+            "没有 rawArguments 时 delta 是 arguments 的紧凑序列化"
+        );
 
         let second = model.stream(&context("q2"), StreamOptions::default());
         collect(&second).await;
-        assert_eq!(second.result().await.content.len(), 2);
+        assert_eq!(
+            second.result().await.content.len(),
+            2,
+            "第二个回合是一段文本加一个调用"
+        );
         let third = model.stream(&context("q3"), StreamOptions::default());
         let message = third.result().await;
-        assert_eq!(text_of(&AgentMessage::Assistant(message)), "结束");
+        assert_eq!(
+            text_of(&AgentMessage::Assistant(message)),
+            "结束",
+            "第三次调用播放第三个回合"
+        );
         let seen: Vec<String> = model
             .requests()
             .iter()
             .map(|request| text_of(&request.messages[0]))
             .collect();
-        assert_eq!(seen, ["q1", "q2", "q3"]);
+        assert_eq!(seen, ["q1", "q2", "q3"], "requests 按调用顺序记录");
     })
     .await;
 }
@@ -85,10 +96,15 @@ async fn clones_share_cursor_and_requests() {
         let second = model.stream(&context("via original"), StreamOptions::default());
         assert_eq!(
             text_of(&AgentMessage::Assistant(second.result().await)),
-            "b"
+            "b",
+            "克隆共享游标：克隆播放过第一个回合，原件接着播放第二个"
         );
-        assert_eq!(model.requests().len(), 2);
-        assert_eq!(clone.requests(), model.requests());
+        assert_eq!(model.requests().len(), 2, "克隆共享请求记录");
+        assert_eq!(
+            clone.requests(),
+            model.requests(),
+            "克隆与原件看到同一份请求记录"
+        );
     })
     .await;
 }
@@ -106,10 +122,18 @@ async fn cancellation_wins_over_a_failure_turn() {
             },
         );
         let events = collect(&stream).await;
-        assert_eq!(events.len(), 1);
+        assert_eq!(events.len(), 1, "预取消的调用只有一个 error 终态");
         let result = stream.result().await;
-        assert_eq!(result.stop_reason, StopReason::Aborted);
-        assert!(result.content.is_empty());
+        assert_eq!(
+            result.stop_reason,
+            StopReason::Aborted,
+            "取消优先于失败回合"
+        );
+        assert_eq!(
+            result.content,
+            vec![],
+            "预取消的调用不播放失败回合的 partial"
+        );
     })
     .await;
 }

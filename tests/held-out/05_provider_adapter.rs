@@ -50,7 +50,8 @@ fn empty_system_prompt_sends_no_system_message() {
         vec![
             json!({"role": "user", "content": "hi"}),
             json!({"role": "assistant", "content": "a\nb"}),
-        ]
+        ],
+        "空的 system prompt 不发送；assistant 的多个文本块用换行连接"
     );
 }
 
@@ -81,7 +82,9 @@ fn ids_default_by_index_and_names_arrive_late() {
     ] {
         state.apply(chunk);
     }
-    let (_, message) = state.finish().expect("finish");
+    let (_, message) = state
+        .finish()
+        .expect("没有参数片段的调用参数是 {}，不能报不完整 JSON");
     assert_eq!(
         message.content,
         vec![AssistantContent::ToolCall(ToolCall {
@@ -89,7 +92,8 @@ fn ids_default_by_index_and_names_arrive_late() {
             name: "ls".into(),
             arguments: json!({}),
             raw_arguments: Some(String::new()),
-        })]
+        })],
+        "没有 id 的调用用 call-<provider index> 补齐，后到的 name 要记下，没有参数时是 {{}}"
     );
     assert_eq!(
         message.usage,
@@ -97,9 +101,13 @@ fn ids_default_by_index_and_names_arrive_late() {
             input: 0,
             output: 2,
             total_tokens: 2
-        }
+        },
+        "缺少的 input 记为 0，缺少 totalTokens 时用 input + output 补齐"
     );
-    assert_eq!(message.provider, "p");
+    assert_eq!(
+        message.provider, "p",
+        "消息带着构造 InboundState 时给的 provider"
+    );
 }
 
 #[test]
@@ -127,7 +135,8 @@ fn usage_merges_across_payloads_with_byte_sized_reads() {
                     total_tokens: None
                 },
             }),
-        ]
+        ],
+        "逐字节读取也要拼出完整帧；多个 payload 的 usage 按字段合并"
     );
 }
 
@@ -151,13 +160,22 @@ async fn pre_cancelled_request_over_sse_is_aborted() {
             )
             .result()
             .await;
-        assert_eq!(result.stop_reason, StopReason::Aborted);
-        assert_eq!(result.error_message.as_deref(), Some("Request was aborted"));
+        assert_eq!(
+            result.stop_reason,
+            StopReason::Aborted,
+            "调用前已取消：biased select 先看令牌，终态是 aborted"
+        );
+        assert_eq!(
+            result.error_message.as_deref(),
+            Some("Request was aborted"),
+            "取消的 errorMessage 是固定文本"
+        );
         assert_eq!(
             transport.requests()[0].messages,
-            vec![json!({"role": "user", "content": "q"})]
+            vec![json!({"role": "user", "content": "q"})],
+            "请求照常构造并交给 transport"
         );
     })
     .await
-    .expect("1 秒内没有终态");
+    .expect("1 秒内没有等到终态事件");
 }

@@ -44,7 +44,7 @@ fn grep_tool() -> SharedTool {
 }
 
 async fn run(call: &ToolCall) -> ToolResultMessage {
-    let registry = ToolRegistry::new(vec![grep_tool()]).unwrap();
+    let registry = ToolRegistry::new(vec![grep_tool()]).expect("grep 必须能注册");
     tokio::time::timeout(
         Duration::from_secs(1),
         execute_tool_call(call, &registry, CallContext::default()),
@@ -63,7 +63,8 @@ async fn other_ids_and_names_are_kept_on_every_path() {
         let result = run(&call(id, name, arguments)).await;
         assert_eq!(
             (result.tool_call_id.as_str(), result.tool_name.as_str()),
-            (id, name)
+            (id, name),
+            "每条路径的结果都沿用原调用的 id 与 name"
         );
     }
     assert_eq!(
@@ -75,7 +76,8 @@ async fn other_ids_and_names_are_kept_on_every_path() {
             ))
             .await
         ),
-        "call_9f:fn:src"
+        "call_9f:fn:src",
+        "工具看到的 call_id 来自调用本身，optional 字段按值传入"
     );
     assert_eq!(
         first_text(&run(&call("z", "Grep", json!({}))).await),
@@ -87,28 +89,34 @@ async fn other_ids_and_names_are_kept_on_every_path() {
 #[tokio::test]
 async fn null_is_not_absent_for_an_optional_string() {
     let result = run(&call("n", "grep", json!({"pattern": "fn", "path": null}))).await;
-    assert!(result.is_error);
-    assert_eq!(result.details, Some(json!({"error": "必须是 string"})));
+    assert!(result.is_error, "path: null 必须变成失败结果");
+    assert_eq!(
+        result.details,
+        Some(json!({"error": "必须是 string"})),
+        "显式的 null 不算缺省，optional_string 报 必须是 string"
+    );
 }
 
 #[tokio::test]
 async fn a_panicking_tool_yields_a_paired_error_result() {
     let result = run(&call("p-1", "grep", json!({"pattern": "panic"}))).await;
-    assert_eq!(result.tool_call_id, "p-1");
-    assert!(result.is_error);
+    assert_eq!(result.tool_call_id, "p-1", "panic 的结果沿用原调用的 id");
+    assert!(result.is_error, "panic 的结果必须 isError: true");
     let message = first_text(&result);
-    assert!(message.starts_with("Tool grep failed: "), "{message}");
-    assert!(message.contains("pattern was panic"), "{message}");
+    assert_eq!(
+        message, "Tool grep failed: 工具执行时发生 panic：pattern was panic",
+        "panic 的结果文字是 Tool <name> failed: 工具执行时发生 panic：<panic 消息>"
+    );
     assert!(
         !message.contains("stack backtrace") && !message.contains("src/"),
-        "{message}"
+        "结果里只放 panic 消息，不放回溯或源码位置：{message}"
     );
 }
 
 #[tokio::test]
 async fn the_call_id_comes_from_the_call_even_with_a_shared_context() {
     let context = CallContext::default();
-    let registry = ToolRegistry::new(vec![grep_tool()]).unwrap();
+    let registry = ToolRegistry::new(vec![grep_tool()]).expect("grep 必须能注册");
     for id in ["first", "second"] {
         let result = execute_tool_call(
             &call(id, "grep", json!({"pattern": "p"})),
@@ -116,6 +124,10 @@ async fn the_call_id_comes_from_the_call_even_with_a_shared_context() {
             context.clone(),
         )
         .await;
-        assert_eq!(first_text(&result), format!("{id}:p:"));
+        assert_eq!(
+            first_text(&result),
+            format!("{id}:p:"),
+            "共享同一个 CallContext 时，call_id 仍取自每个调用"
+        );
     }
 }

@@ -1,26 +1,54 @@
 //! The course checkout this xtask runs in, and the scratch space under `target/`.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use course_cli::assemble::Snapshot;
-use course_cli::catalog::Catalog;
+use course_cli::catalog::{Catalog, Chapter, MANIFEST};
 use course_cli::files::{self, FileSet};
-use course_cli::runner::RunSettings;
+use course_cli::runner::CargoRunner;
 use course_cli::write::sync_scratch_dir;
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the repo")
-        .to_path_buf()
+/// A failure of an instructor command: one Chinese line (or a few, for cargo's diagnostics).
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
-pub fn cargo() -> std::ffi::OsString {
-    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+impl<E: std::error::Error> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Failure(error.to_string())
+    }
+}
+
+/// The course repository root, found at run time from the current directory upward (so a
+/// copied or moved checkout works on itself), else from where cargo says the xtask lives.
+pub fn repo_root() -> Result<PathBuf, Failure> {
+    let is_root =
+        |dir: &Path| dir.join(MANIFEST).is_file() && dir.join("xtask/Cargo.toml").is_file();
+    let from_cwd = std::env::current_dir().ok().and_then(|cwd| {
+        cwd.ancestors()
+            .find(|dir| is_root(dir))
+            .map(Path::to_path_buf)
+    });
+    let from_cargo = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .and_then(|xtask| xtask.parent().map(Path::to_path_buf))
+        .filter(|dir| is_root(dir));
+    from_cwd.or(from_cargo).ok_or_else(|| {
+        Failure(format!(
+            "找不到课程仓库：当前目录及其上级都没有 {MANIFEST}；请在课程仓库里运行 cargo xtask"
+        ))
+    })
 }
 
 /// Course data read from disk (held-out tests included) and its catalog.
 pub struct Course {
+    pub root: PathBuf,
     pub data: FileSet,
     pub catalog: Catalog,
     scratch: PathBuf,
@@ -30,31 +58,39 @@ pub struct Course {
 }
 
 impl Course {
-    pub fn load() -> Result<Self, String> {
-        let root = repo_root();
-        let data =
-            files::load_checkout(&root).map_err(|error| format!("读取课程数据失败：{error}"))?;
-        let catalog = Catalog::from_files(&data).map_err(|error| error.to_string())?;
+    pub fn load() -> Result<Self, Failure> {
+        let root = repo_root()?;
+        let data = files::load_checkout(&root)
+            .map_err(|error| Failure(format!("读取课程数据失败：{error}")))?;
+        let catalog = Catalog::from_files(&data)?;
         let scratch = root.join("target").join("course");
         std::fs::create_dir_all(&scratch)
-            .map_err(|error| format!("创建 {} 失败：{error}", scratch.display()))?;
+            .map_err(|error| Failure(format!("创建 {} 失败：{error}", scratch.display())))?;
         let lock_path = scratch.join(".lock");
-        let lock = std::fs::File::create(&lock_path)
-            .map_err(|error| format!("创建锁文件 {} 失败：{error}", lock_path.display()))?;
+        let lock = std::fs::File::create(&lock_path).map_err(|error| {
+            Failure(format!("创建锁文件 {} 失败：{error}", lock_path.display()))
+        })?;
         if lock.try_lock().is_err() {
             eprintln!(
                 "另一个 cargo xtask 正在使用 {}，等待它结束……",
                 scratch.display()
             );
-            lock.lock()
-                .map_err(|error| format!("等待锁 {} 失败：{error}", lock_path.display()))?;
+            lock.lock().map_err(|error| {
+                Failure(format!("等待锁 {} 失败：{error}", lock_path.display()))
+            })?;
         }
         Ok(Course {
+            root,
             data,
             catalog,
             scratch,
             _lock: lock,
         })
+    }
+
+    /// Resolves a chapter argument with the one chapter-id rule.
+    pub fn chapter(&self, input: &str) -> Result<&Chapter, Failure> {
+        Ok(self.catalog.resolve(input)?)
     }
 
     /// Makes `target/course/workspace` hold `snapshot` and returns how to run cargo there.
@@ -65,17 +101,16 @@ impl Course {
     /// stale binary could be judged. In one directory, rewriting the changed files is enough
     /// for cargo to rebuild exactly what changed, while the compiled dependencies are reused.
     /// `label` only names the snapshot in messages.
-    pub fn materialize(&self, label: &str, snapshot: &Snapshot) -> Result<RunSettings, String> {
+    pub fn materialize(&self, label: &str, snapshot: &Snapshot) -> Result<CargoRunner, Failure> {
         let dir = self.scratch.join("workspace");
-        sync_scratch_dir(snapshot, &dir)
-            .map_err(|error| format!("写入快照 {label} 到 {} 失败：{error}", dir.display()))?;
-        Ok(RunSettings {
-            workspace: dir,
-            target_dir: Some(self.shared_target_dir()),
-        })
-    }
-
-    pub fn shared_target_dir(&self) -> PathBuf {
-        self.scratch.join("build")
+        sync_scratch_dir(snapshot, &dir).map_err(|error| {
+            Failure(format!(
+                "写入快照 {label} 到 {} 失败：{error}",
+                dir.display()
+            ))
+        })?;
+        let mut runner = CargoRunner::new(dir);
+        runner.target_dir = Some(self.scratch.join("build"));
+        Ok(runner)
     }
 }

@@ -1,21 +1,25 @@
-//! Course automation, plain Rust: `cargo xtask test|verify|snapshot|ci`.
+//! Course automation, plain Rust: `cargo xtask test|verify|snapshot|codegen|mutants|ci`.
 
 mod checkout;
+mod codegen;
+mod mutants;
 mod verify;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use course_cli::assemble;
-use course_cli::catalog::Chapter;
-use course_cli::runner::run_chapter;
+use course_cli::assemble::{self, Snapshot};
+use course_cli::catalog::Mode;
+use course_cli::runner::{Exit, LabId};
+
+use checkout::{Course, Failure};
 
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
-    about = "pi-course 课程自动化：测试、验证、快照、CI"
+    about = "pi-course 课程自动化：测试、验证、快照、生成骨架、CI"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,14 +36,30 @@ enum Command {
         #[arg(long)]
         group: Option<String>,
     },
-    /// 验证章节：参考实现、保留测试、lint、练习骨架、无答案、变异（默认全部章节）
+    /// 证明章节：参考实现、保留测试、lint、每个 Lab 的第一次红灯、无答案、错误实现目录
     Verify {
         /// 章节编号；省略则验证全部
         chapters: Vec<String>,
+        /// 只在标准输出打印一个 JSON 文档
+        #[arg(long)]
+        json: bool,
     },
-    /// 把某一章的参考快照写到一个新目录，供讲师在 IDE 中打开
-    Snapshot { chapter: String, dir: PathBuf },
-    /// CI 全流程：fmt、clippy、cargo test、verify
+    /// 把某一章的参考快照（或“完成到某个 Lab”的练习状态）写到一个新目录
+    Snapshot {
+        chapter: String,
+        dir: PathBuf,
+        /// 写出完成了这个 Lab 及其之前各 Lab 的练习工作区，例如 6.2
+        #[arg(long)]
+        solved: Option<String>,
+    },
+    /// 从参考实现的 Lab 区域生成 skeletons/；--check 只检查是否过期
+    Codegen {
+        #[arg(long)]
+        check: bool,
+    },
+    /// 用 cargo-mutants 在某一章的参考快照上运行公开测试（讲师用，不在 CI 中）
+    Mutants { chapter: String },
+    /// CI 全流程：fmt、clippy、cargo test、codegen --check、verify
     Ci,
 }
 
@@ -47,62 +67,87 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Test { chapter, group } => test(&chapter, group.as_deref()),
-        Command::Verify { chapters } => verify::run(&chapters),
-        Command::Snapshot { chapter, dir } => snapshot(&chapter, &dir),
+        Command::Verify { chapters, json } => verify::run(&chapters, json),
+        Command::Snapshot {
+            chapter,
+            dir,
+            solved,
+        } => snapshot(&chapter, &dir, solved.as_deref()),
+        Command::Codegen { check } => codegen::run(check),
+        Command::Mutants { chapter } => mutants::run(&chapter),
         Command::Ci => ci(),
     };
     match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(message) => {
-            eprintln!("错误：{message}");
-            ExitCode::from(2)
+        Ok(green) => Exit::from_green(green).into(),
+        Err(failure) => {
+            eprintln!("错误：{failure}");
+            Exit::Usage.into()
         }
     }
 }
 
-/// The course, the resolved chapter, and its reference snapshot with a stamp.
-fn instructor_snapshot(
-    input: &str,
-) -> Result<(checkout::Course, Chapter, assemble::Snapshot), String> {
-    let course = checkout::Course::load()?;
-    let chapter = course
-        .catalog
-        .resolve(input)
-        .map_err(|error| error.to_string())?
-        .clone();
-    let snapshot = assemble::instructor_snapshot(&course.catalog, &course.data, &chapter.id)
-        .map_err(|error| error.to_string())?;
-    Ok((course, chapter, snapshot))
-}
-
-fn test(input: &str, group: Option<&str>) -> Result<bool, String> {
-    let (course, chapter, snapshot) = instructor_snapshot(input)?;
-    let settings = course.materialize(&format!("{}-reference", chapter.id), &snapshot)?;
+fn test(input: &str, group: Option<&str>) -> Result<bool, Failure> {
+    let course = Course::load()?;
+    let chapter = course.chapter(input)?;
+    let tests = chapter.tests();
+    if let Some(name) = group {
+        if tests.group(name).is_none() {
+            return Err(Failure(format!(
+                "第 {} 章没有名为 `{name}` 的测试组；可选：{}",
+                chapter.id,
+                tests.group_names().join("、")
+            )));
+        }
+    }
+    let snapshot = assemble::instructor_snapshot(&course.catalog, &course.data, chapter)?;
+    let runner = course.materialize(&format!("{}-reference", chapter.id), &snapshot)?;
+    let reports = runner.run_chapter(&tests, group)?;
     println!("第 {} 章（参考实现）：{}", chapter.id, chapter.title);
-    let reports =
-        run_chapter(&settings, &chapter.tests(), group).map_err(|error| error.to_string())?;
     for report in &reports {
         println!("  {}", report.summary_line());
     }
     Ok(reports.iter().all(|report| report.is_green()))
 }
 
-fn snapshot(input: &str, dir: &std::path::Path) -> Result<bool, String> {
-    let (_, chapter, snapshot) = instructor_snapshot(input)?;
-    let written = course_cli::write::write_new_workspace(&snapshot, dir)
-        .map_err(|error| error.to_string())?;
-    println!("已写入第 {} 章参考快照：{}", chapter.id, written.display());
-    println!(
-        "  在其中运行 cargo xtask test {} 可复现验收结果",
-        chapter.id
-    );
+fn snapshot(input: &str, dir: &Path, solved: Option<&str>) -> Result<bool, Failure> {
+    let course = Course::load()?;
+    let chapter = course.chapter(input)?;
+    let (snapshot, what): (Snapshot, String) = match solved {
+        None => (
+            assemble::instructor_snapshot(&course.catalog, &course.data, chapter)?,
+            "参考快照".to_string(),
+        ),
+        Some(lab) => {
+            let lab: LabId = lab.parse()?;
+            if chapter.mode() != Mode::Rebuild || chapter.group_of_lab(lab).is_none() {
+                let labs: Vec<String> = chapter.labs().map(|(lab, _)| lab.to_string()).collect();
+                return Err(Failure(format!(
+                    "第 {} 章没有 Lab {lab}；可选：{}",
+                    chapter.id,
+                    if labs.is_empty() {
+                        "（观察章节没有 Lab）".to_string()
+                    } else {
+                        labs.join(" ")
+                    }
+                )));
+            }
+            let next = lab.chapter.lab(lab.index + 1);
+            (
+                assemble::practice_solved_before(&course.catalog, &course.data, chapter, next)?,
+                format!("练习工作区（Lab {lab} 及之前已完成）"),
+            )
+        }
+    };
+    let written = course_cli::write::write_new_workspace(&snapshot, dir)?;
+    println!("已写入第 {} 章{what}：{}", chapter.id, written.display());
+    println!("  在其中运行 cargo xtask test {} 查看各组结果", chapter.id);
     Ok(true)
 }
 
-fn ci() -> Result<bool, String> {
-    let root = checkout::repo_root();
-    let steps: [(&str, &[&str]); 3] = [
+fn ci() -> Result<bool, Failure> {
+    let root = checkout::repo_root()?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let steps: [(&str, &[&str]); 4] = [
         ("cargo fmt --check", &["fmt", "--all", "--check"]),
         (
             "cargo clippy -D warnings",
@@ -120,19 +165,23 @@ fn ci() -> Result<bool, String> {
             "cargo test --workspace",
             &["test", "--workspace", "--locked"],
         ),
+        (
+            "cargo xtask codegen --check",
+            &["xtask", "codegen", "--check"],
+        ),
     ];
     for (label, args) in steps {
         println!("== {label}");
-        let status = std::process::Command::new(checkout::cargo())
+        let status = std::process::Command::new(&cargo)
             .args(args)
             .current_dir(&root)
             .status()
-            .map_err(|error| format!("无法启动 cargo：{error}"))?;
+            .map_err(|error| Failure(format!("无法启动 cargo：{error}")))?;
         if !status.success() {
             eprintln!("CI 失败于：{label}");
             return Ok(false);
         }
     }
     println!("== cargo xtask verify");
-    verify::run(&[])
+    verify::run(&[], false)
 }

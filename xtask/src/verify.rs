@@ -1,248 +1,355 @@
-//! `cargo xtask verify`: prove every chapter, the way rustlings' `dev check` and
-//! CodeCrafters' course checks do.
+//! `cargo xtask verify [NN…] [--json]`: prove every chapter, the way rustlings' `dev check`
+//! and CodeCrafters' course checks do.
 //!
-//! Per chapter N: the manifest matches the tree; reference N passes every group of every
-//! chapter up to N with the exact counts; N's held-out tests pass; clippy and rustfmt are
-//! clean; practice N (built by the same code `practice` uses) compiles, fails each new group
-//! with its Lab marker and keeps earlier chapters green, and its own `cargo xtask test` says
-//! so; practice N holds no answer; every declared mutation is caught by its group.
+//! Per chapter N: reference N passes every group of its chain with the exact counts; N's
+//! held-out tests pass; clippy and rustfmt are clean; for every Lab k, the workspace with Labs
+//! before k solved is green on those Labs and red on exactly `Lab N.k` (the first state also
+//! keeps carried chapters green and its own `cargo xtask test` says so); the practice
+//! workspace holds no region body of N; every entry of N's mistake catalogue is killed.
 
+use std::io::Write as _;
 use std::process::Command;
 use std::time::Instant;
 
-use course_cli::assemble::{self, held_out_path};
+use serde::Serialize;
+
+use course_cli::assemble::{self, held_out_target, Solved};
 use course_cli::catalog::{Chapter, Mode};
-use course_cli::runner::{run_chapter, run_tests, GroupReport, RunSettings, LEARNER_PACKAGE};
+use course_cli::runner::{CargoRunner, GroupReport, LEARNER_PACKAGE};
 
-use crate::checkout::{cargo, Course};
+use crate::checkout::{Course, Failure};
 
-/// One cell of the report.
-struct Check {
-    label: &'static str,
+/// A rebuild chapter's catalogue must hold at least this many realistic wrong implementations.
+pub const MIN_MISTAKES: usize = 12;
+/// Share of the catalogue the public tests alone must kill.
+pub const MIN_PUBLIC_KILL_RATE: f64 = 0.95;
+
+#[derive(Serialize, Default)]
+struct Count {
+    passed: usize,
+    total: usize,
+}
+
+#[derive(Serialize)]
+struct LabProof {
+    lab: String,
+    group: String,
     ok: bool,
+    /// What the group's first failing test showed in the "solved before" state.
+    first_red: String,
+}
+
+#[derive(Serialize)]
+struct MistakeRow {
+    name: String,
+    group: String,
+    /// `public`, `held-out` or `none`.
+    killed_by: &'static str,
     detail: String,
 }
 
-struct ChapterReport {
-    id: String,
-    checks: Vec<Check>,
-    seconds: f64,
+#[derive(Serialize, Default)]
+struct Mutations {
+    total: usize,
+    killed: usize,
+    killed_public: usize,
+    table: Vec<MistakeRow>,
 }
 
-pub fn run(selected: &[String]) -> Result<bool, String> {
-    let started = Instant::now();
-    let course = Course::load()?;
-    let problems = course.catalog.check_tree(&course.data);
-    if !problems.is_empty() {
-        println!("课程清单与文件树不一致：");
-        for problem in &problems {
-            println!("  ✗ {problem}");
-        }
-        return Ok(false);
-    }
-    println!(
-        "✓ 课程清单与文件树一致（{} 章）",
-        course.catalog.chapters().len()
-    );
+#[derive(Serialize)]
+struct ChapterReport {
+    id: String,
+    mode: &'static str,
+    ok: bool,
+    seconds: f64,
+    reference: Count,
+    held_out: Count,
+    lint: bool,
+    labs: Vec<LabProof>,
+    carried_green: bool,
+    practice_command: bool,
+    answer_free: bool,
+    mutations: Mutations,
+    /// Why any check failed, one line each.
+    problems: Vec<String>,
+}
 
+#[derive(Serialize)]
+struct Report {
+    ok: bool,
+    seconds: f64,
+    tree_problems: Vec<String>,
+    chapters: Vec<ChapterReport>,
+}
+
+/// Progress goes to stdout, or to stderr when stdout carries the JSON document.
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn say(&self, line: &str) {
+        let _ = if self.json {
+            writeln!(std::io::stderr(), "{line}")
+        } else {
+            writeln!(std::io::stdout(), "{line}")
+        };
+    }
+}
+
+pub fn run(selected: &[String], json: bool) -> Result<bool, Failure> {
+    let started = Instant::now();
+    let out = Out { json };
+    let course = Course::load()?;
+    let tree_problems: Vec<String> = course
+        .catalog
+        .check_tree(&course.data, true)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let chapters: Vec<&Chapter> = if selected.is_empty() {
         course.catalog.chapters().iter().collect()
     } else {
         selected
             .iter()
-            .map(|input| {
-                course
-                    .catalog
-                    .resolve(input)
-                    .map_err(|error| error.to_string())
-            })
+            .map(|input| course.chapter(input))
             .collect::<Result<_, _>>()?
     };
 
     let mut reports = Vec::new();
-    for chapter in chapters {
-        println!("== 第 {} 章：{}", chapter.id, chapter.title);
-        let chapter_started = Instant::now();
-        let checks = verify_chapter(&course, chapter)?;
-        for check in &checks {
-            let mark = if check.ok { "✓" } else { "✗" };
-            println!("  {mark} {:<8} {}", check.label, check.detail);
+    if tree_problems.is_empty() {
+        out.say(&format!(
+            "✓ 课程清单与文件树一致（{} 章）",
+            course.catalog.chapters().len()
+        ));
+        for chapter in chapters {
+            out.say(&format!("== 第 {} 章：{}", chapter.id, chapter.title));
+            let report = verify_chapter(&course, chapter, &out)?;
+            reports.push(report);
         }
-        reports.push(ChapterReport {
-            id: chapter.id.clone(),
-            checks,
-            seconds: chapter_started.elapsed().as_secs_f64(),
-        });
+    } else {
+        out.say("课程清单与文件树不一致：");
+        for problem in &tree_problems {
+            out.say(&format!("  ✗ {problem}"));
+        }
     }
-
-    print_summary(&reports, started.elapsed().as_secs_f64());
-    Ok(reports
-        .iter()
-        .all(|report| report.checks.iter().all(|check| check.ok)))
+    let report = Report {
+        ok: tree_problems.is_empty() && reports.iter().all(|r| r.ok),
+        seconds: started.elapsed().as_secs_f64(),
+        tree_problems,
+        chapters: reports,
+    };
+    if json {
+        let text = serde_json::to_string_pretty(&report).expect("report serialises");
+        let _ = writeln!(std::io::stdout(), "{text}");
+    } else {
+        print_summary(&report);
+    }
+    Ok(report.ok)
 }
 
-fn print_summary(reports: &[ChapterReport], total_seconds: f64) {
-    println!("\n== verify 汇总");
-    if let Some(first) = reports.first() {
-        let header: Vec<&str> = first.checks.iter().map(|check| check.label).collect();
-        println!("章节  {}  用时", header.join("  "));
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "✓"
+    } else {
+        "✗"
     }
-    for report in reports {
-        let cells: Vec<String> = report
-            .checks
-            .iter()
-            .map(|check| {
-                let mark = if check.ok { "✓" } else { "✗" };
-                format!("{mark:<width$}", width = check.label.chars().count())
-            })
-            .collect();
+}
+
+fn print_summary(report: &Report) {
+    println!("\n== verify 汇总");
+    println!("章节  参考   保留   lint  Lab 证明  无答案  错误实现（公开/全部/目录）  用时");
+    for chapter in &report.chapters {
+        let labs_ok = chapter.labs.iter().all(|lab| lab.ok)
+            && chapter.carried_green
+            && chapter.practice_command;
         println!(
-            "{:<5} {}  {:.1}s",
-            report.id,
-            cells.join("  "),
-            report.seconds
+            "{:<5} {} {:>2}/{:<2} {} {:>2}/{:<2} {}     {} {:<6}  {}       {:>2}/{:>2}/{:<2} {}            {:.1}s",
+            chapter.id,
+            mark(chapter.reference.passed == chapter.reference.total && chapter.reference.total > 0),
+            chapter.reference.passed,
+            chapter.reference.total,
+            mark(chapter.held_out.passed == chapter.held_out.total && chapter.held_out.total > 0),
+            chapter.held_out.passed,
+            chapter.held_out.total,
+            mark(chapter.lint),
+            mark(labs_ok),
+            chapter.labs.len(),
+            mark(chapter.answer_free),
+            chapter.mutations.killed_public,
+            chapter.mutations.killed,
+            chapter.mutations.total,
+            mark(chapter.mutations.killed == chapter.mutations.total),
+            chapter.seconds
         );
     }
-    let failed = reports
-        .iter()
-        .filter(|report| report.checks.iter().any(|check| !check.ok))
-        .count();
+    let failed = report.chapters.iter().filter(|chapter| !chapter.ok).count();
     println!(
-        "共 {} 章，{} 章失败，总用时 {total_seconds:.1}s",
-        reports.len(),
-        failed
+        "共 {} 章，{} 章失败，总用时 {:.1}s",
+        report.chapters.len(),
+        failed,
+        report.seconds
     );
 }
 
-fn verify_chapter(course: &Course, chapter: &Chapter) -> Result<Vec<Check>, String> {
-    let id = &chapter.id;
+fn verify_chapter(course: &Course, chapter: &Chapter, out: &Out) -> Result<ChapterReport, Failure> {
+    let started = Instant::now();
     let catalog = &course.catalog;
     let data = &course.data;
-    let text = |error: assemble::AssembleError| error.to_string();
-    let mut checks = Vec::new();
+    let id = chapter.id;
+    let mut problems = Vec::new();
 
-    // Reference (with held-out tests beside the acceptance tests).
-    let reference = assemble::reference_with_held_out(catalog, data, id).map_err(text)?;
-    let settings = course.materialize(&format!("{id}-reference"), &reference)?;
-    let mut reference_ok = true;
-    let mut reference_detail = Vec::new();
-    for step in catalog.chain(id) {
-        match run_chapter(&settings, &step.tests(), None) {
+    // Reference, with the held-out tests of the chain beside the acceptance tests.
+    let reference = assemble::reference_with_held_out(catalog, data, chapter)?;
+    let runner = course.materialize(&format!("{id}-reference"), &reference)?;
+    let mut reference_count = Count::default();
+    for step in catalog.chain(chapter) {
+        match runner.run_chapter(&step.tests(), None) {
             Ok(groups) => {
-                let passed: usize = groups.iter().map(GroupReport::passed).sum();
-                let expected: usize = groups.iter().map(|group| group.spec.count).sum();
-                if !groups.iter().all(GroupReport::is_green) {
-                    reference_ok = false;
-                    for group in groups.iter().filter(|group| !group.is_green()) {
-                        reference_detail.push(format!("{} {}", step.id, group.summary_line()));
-                    }
+                for group in groups.iter().filter(|group| !group.is_green()) {
+                    problems.push(format!(
+                        "参考实现：第 {} 章 {}",
+                        step.id,
+                        group.summary_line()
+                    ));
                 }
-                if step.id == *id {
-                    reference_detail.insert(0, format!("本章 {passed}/{expected}"));
+                if step.id == id {
+                    reference_count.passed = groups.iter().map(GroupReport::passed).sum();
+                    reference_count.total = groups.iter().map(|g| g.spec.tests).sum();
                 }
             }
             Err(error) => {
-                reference_ok = false;
-                reference_detail.push(format!("第 {} 章测试无法运行：{error}", step.id));
+                problems.push(format!("参考实现：第 {} 章测试无法运行：{error}", step.id))
             }
         }
     }
-    checks.push(Check {
-        label: "参考实现",
-        ok: reference_ok,
-        detail: reference_detail.join("；"),
-    });
+    out.say(&format!(
+        "  {} 参考实现   本章 {}/{}",
+        mark(problems.is_empty()),
+        reference_count.passed,
+        reference_count.total
+    ));
 
-    checks.push(match &chapter.held_out {
-        None => Check {
-            label: "保留测试",
-            ok: true,
-            detail: "本章没有保留测试".into(),
-        },
-        Some(held_out) => {
-            let target = held_out_path(held_out);
-            let target = target
-                .rsplit('/')
-                .next()
-                .and_then(|file| file.strip_suffix(".rs"))
-                .unwrap_or_default()
-                .to_string();
-            match run_tests(&settings, &target, None) {
-                Ok(outcomes) => {
-                    let passed = outcomes.iter().filter(|outcome| outcome.passed).count();
-                    let failed: Vec<&str> = outcomes
-                        .iter()
-                        .filter(|outcome| !outcome.passed)
-                        .map(|outcome| outcome.name.as_str())
-                        .collect();
-                    Check {
-                        label: "保留测试",
-                        ok: !outcomes.is_empty() && failed.is_empty(),
-                        detail: if failed.is_empty() {
-                            format!("{passed}/{} 通过", outcomes.len())
-                        } else {
-                            format!("失败：{}", failed.join("、"))
-                        },
-                    }
-                }
-                Err(error) => Check {
-                    label: "保留测试",
-                    ok: false,
-                    detail: error.to_string(),
-                },
+    let held_out = match runner.run_tests(&held_out_target(chapter), None) {
+        Ok(outcomes) => {
+            for failed in outcomes.iter().filter(|o| !o.passed()) {
+                problems.push(format!("保留测试 {} 失败", failed.name));
+            }
+            Count {
+                passed: outcomes.iter().filter(|o| o.passed()).count(),
+                total: outcomes.len(),
             }
         }
-    });
-
-    checks.push(lint(&settings));
-
-    // Practice: the very snapshot `practice` would write.
-    let practice = assemble::practice(catalog, data, id).map_err(text)?;
-    let practice_settings = course.materialize(&format!("{id}-practice"), &practice)?;
-    checks.push(check_practice(
-        catalog.chain(id),
-        chapter,
-        &practice_settings,
+        Err(error) => {
+            problems.push(format!("保留测试无法运行：{error}"));
+            Count::default()
+        }
+    };
+    if held_out.total == 0 {
+        problems.push("本章没有保留测试".to_string());
+    }
+    out.say(&format!(
+        "  {} 保留测试   {}/{}",
+        mark(held_out.total > 0 && held_out.passed == held_out.total),
+        held_out.passed,
+        held_out.total
     ));
-    checks.push(check_practice_command(chapter, &practice_settings));
 
-    let leaks = assemble::answer_leaks(catalog, data, id, &practice).map_err(text)?;
-    checks.push(Check {
-        label: "无答案",
-        ok: leaks.is_empty(),
-        detail: if leaks.is_empty() {
-            format!("{} 个文件，不含本章答案与保留测试", practice.len())
+    let lint_problems = lint(&runner);
+    let lint_ok = lint_problems.is_empty();
+    out.say(&format!(
+        "  {} lint       clippy -D warnings 与 rustfmt",
+        mark(lint_ok)
+    ));
+    problems.extend(lint_problems);
+
+    // The practice workspace exactly as `practice` writes it.
+    let practice = assemble::practice(catalog, data, chapter)?;
+    let leaks = assemble::answer_leaks(data, chapter, &practice)?;
+    out.say(&format!(
+        "  {} 无答案     练习目录 {} 个文件{}",
+        mark(leaks.is_empty()),
+        practice.len(),
+        if leaks.is_empty() {
+            String::new()
         } else {
-            format!("泄露：{}", leaks.join("、"))
-        },
-    });
+            format!("：{}", leaks.join("；"))
+        }
+    ));
+    let answer_free = leaks.is_empty();
+    problems.extend(leaks);
 
-    checks.push(check_mutations(course, chapter)?);
-    Ok(checks)
+    let practice_runner = course.materialize(&format!("{id}-practice"), &practice)?;
+    let (carried_green, practice_command, mut labs) = match chapter.mode() {
+        Mode::Observe => {
+            let groups = practice_runner.run_chapter(&chapter.tests(), None);
+            let green = groups
+                .as_ref()
+                .is_ok_and(|g| g.iter().all(GroupReport::is_green));
+            if !green {
+                problems.push("观察章节的练习目录应全部通过".to_string());
+            }
+            let command = practice_command(chapter, &practice_runner, &mut problems);
+            (green, command, Vec::new())
+        }
+        Mode::Rebuild => {
+            let carried = carried_chapters_green(course, chapter, &practice_runner, &mut problems);
+            let command = practice_command(chapter, &practice_runner, &mut problems);
+            (carried, command, Vec::new())
+        }
+    };
+    out.say(&format!(
+        "  {} 练习目录   之前各章保持绿色；练习目录里的 cargo xtask test 给出同样的结论",
+        mark(carried_green && practice_command)
+    ));
+    for (lab, group) in chapter.labs() {
+        let proof = prove_lab(course, chapter, lab, group, &mut problems)?;
+        out.say(&format!(
+            "  {} Lab {:<5}  完成之前的 Lab 后：{} 组以 {} 变红",
+            mark(proof.ok),
+            proof.lab,
+            proof.group,
+            proof.first_red
+        ));
+        labs.push(proof);
+    }
+
+    let mutations = check_mistakes(course, chapter, out, &mut problems)?;
+    for problem in &problems {
+        out.say(&format!("  ✗ {problem}"));
+    }
+    Ok(ChapterReport {
+        id: id.to_string(),
+        mode: chapter.mode().key(),
+        ok: problems.is_empty(),
+        seconds: started.elapsed().as_secs_f64(),
+        reference: reference_count,
+        held_out,
+        lint: lint_ok,
+        labs,
+        carried_green,
+        practice_command,
+        answer_free,
+        mutations,
+        problems,
+    })
 }
 
-fn lint(settings: &RunSettings) -> Check {
-    let run = |args: &[&str]| {
-        let mut command = Command::new(cargo());
-        command.args(args).current_dir(&settings.workspace);
-        if let Some(target_dir) = &settings.target_dir {
-            command.env("CARGO_TARGET_DIR", target_dir);
-        }
-        command.output()
-    };
-    let clippy = run(&[
-        "clippy",
-        "--quiet",
-        "--locked",
-        "-p",
-        LEARNER_PACKAGE,
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]);
-    let fmt = run(&["fmt", "--all", "--check"]);
+/// clippy `-D warnings` and rustfmt on the reference workspace.
+fn lint(runner: &CargoRunner) -> Vec<String> {
     let mut problems = Vec::new();
+    let clippy = runner
+        .command("clippy")
+        .args([
+            "--quiet",
+            "-p",
+            LEARNER_PACKAGE,
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .output();
     match clippy {
         Ok(output) if output.status.success() => {}
         Ok(output) => problems.push(format!(
@@ -251,7 +358,10 @@ fn lint(settings: &RunSettings) -> Check {
         )),
         Err(error) => problems.push(format!("无法运行 clippy：{error}")),
     }
-    match fmt {
+    let mut fmt = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    fmt.args(["fmt", "--all", "--check"])
+        .current_dir(&runner.workspace);
+    match fmt.output() {
         Ok(output) if output.status.success() => {}
         Ok(output) => problems.push(format!(
             "rustfmt：{}",
@@ -259,170 +369,262 @@ fn lint(settings: &RunSettings) -> Check {
         )),
         Err(error) => problems.push(format!("无法运行 rustfmt：{error}")),
     }
-    Check {
-        label: "lint",
-        ok: problems.is_empty(),
-        detail: if problems.is_empty() {
-            "clippy -D warnings 与 rustfmt 通过".into()
-        } else {
-            problems.join("；")
-        },
-    }
+    problems
 }
 
 fn first_lines(text: &str, count: usize) -> String {
     text.lines().take(count).collect::<Vec<_>>().join("\n")
 }
 
-/// New groups red with their markers (rebuild) or green (observe); earlier chapters green.
-fn check_practice(chain: Vec<&Chapter>, chapter: &Chapter, settings: &RunSettings) -> Check {
-    let mut ok = true;
-    let mut details = Vec::new();
-    for step in chain {
-        let is_new = step.id == chapter.id && chapter.mode == Mode::Rebuild;
-        match run_chapter(settings, &step.tests(), None) {
+/// Every chapter the workspace carries besides the practised one is green.
+fn carried_chapters_green(
+    course: &Course,
+    chapter: &Chapter,
+    runner: &CargoRunner,
+    problems: &mut Vec<String>,
+) -> bool {
+    let mut green = true;
+    for step in course
+        .catalog
+        .chain(chapter)
+        .into_iter()
+        .filter(|step| step.id != chapter.id)
+    {
+        match runner.run_chapter(&step.tests(), None) {
             Ok(groups) => {
-                for group in &groups {
-                    let good = if is_new {
-                        group.is_red_with_marker()
-                    } else {
-                        group.is_green()
-                    };
-                    if !good {
-                        ok = false;
-                        let expectation = if is_new {
-                            "应以 Lab 标记失败"
-                        } else {
-                            "应保持绿色"
-                        };
-                        details.push(format!(
-                            "{} {}（{expectation}）",
-                            step.id,
-                            group.summary_line()
-                        ));
-                    }
-                }
-                if is_new && ok {
-                    let markers: Vec<&str> = groups
-                        .iter()
-                        .map(|group| group.spec.marker.as_str())
-                        .collect();
-                    details.push(format!(
-                        "本章各组以 {} 变红，之前各章保持绿色",
-                        markers.join(" / ")
+                for group in groups.iter().filter(|group| !group.is_green()) {
+                    green = false;
+                    problems.push(format!(
+                        "练习目录：第 {} 章应保持绿色：{}",
+                        step.id,
+                        group.summary_line()
                     ));
                 }
             }
             Err(error) => {
-                ok = false;
-                details.push(format!("第 {} 章测试无法运行：{error}", step.id));
+                green = false;
+                problems.push(format!("练习目录：第 {} 章测试无法运行：{error}", step.id));
             }
         }
     }
-    if ok && details.is_empty() {
-        details.push("全部测试组通过（观察模式）".into());
-    }
-    Check {
-        label: "练习",
-        ok,
-        detail: details.join("；"),
-    }
+    green
 }
 
-/// The practice workspace's own `cargo xtask test` works and tells the same story.
-fn check_practice_command(chapter: &Chapter, settings: &RunSettings) -> Check {
+/// The workspace's own `cargo xtask test NN --group <first>` runs and tells the same story.
+fn practice_command(chapter: &Chapter, runner: &CargoRunner, problems: &mut Vec<String>) -> bool {
     let Some(first) = chapter.groups.first() else {
-        return Check {
-            label: "练习命令",
-            ok: false,
-            detail: "本章没有测试组".into(),
-        };
+        return false;
     };
-    let mut command = Command::new(cargo());
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     command
-        .args(["xtask", "test", &chapter.id, "--group", &first.name])
-        .current_dir(&settings.workspace);
-    if let Some(target_dir) = &settings.target_dir {
+        .args([
+            "xtask",
+            "test",
+            &chapter.id.to_string(),
+            "--group",
+            &first.name,
+        ])
+        .current_dir(&runner.workspace)
+        .env_remove("RUSTFLAGS");
+    if let Some(target_dir) = &runner.target_dir {
         command.env("CARGO_TARGET_DIR", target_dir);
     }
-    match command.output() {
-        Ok(output) => {
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            let rebuild = chapter.mode == Mode::Rebuild;
-            let ok = if rebuild {
-                output.status.code() == Some(1) && stdout.contains(&first.marker)
-            } else {
-                output.status.success()
-            };
-            let shown = stdout.lines().nth(1).unwrap_or_default().trim().to_string();
-            Check {
-                label: "练习命令",
-                ok,
-                detail: if ok {
-                    format!(
-                        "cargo xtask test {} --group {} → {shown}",
-                        chapter.id, first.name
-                    )
-                } else {
-                    format!(
-                        "退出码 {:?}，输出：{} {}",
-                        output.status.code(),
-                        first_lines(&stdout, 6),
-                        first_lines(&String::from_utf8_lossy(&output.stderr), 6)
-                    )
-                },
-            }
+    let output = match command.output() {
+        Ok(output) => output,
+        Err(error) => {
+            problems.push(format!("练习目录的 cargo xtask 无法运行：{error}"));
+            return false;
         }
-        Err(error) => Check {
-            label: "练习命令",
-            ok: false,
-            detail: format!("无法运行：{error}"),
-        },
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let ok = match first.marker() {
+        Some(marker) => output.status.code() == Some(1) && stdout.contains(&format!("{marker} ")),
+        None => output.status.success(),
+    };
+    if !ok {
+        problems.push(format!(
+            "练习目录的 cargo xtask test {} --group {}：退出码 {:?}，输出：{} {}",
+            chapter.id,
+            first.name,
+            output.status.code(),
+            first_lines(&stdout, 6),
+            first_lines(&String::from_utf8_lossy(&output.stderr), 6)
+        ));
     }
+    ok
 }
 
-fn check_mutations(course: &Course, chapter: &Chapter) -> Result<Check, String> {
-    let mut caught = 0;
-    let mut details = Vec::new();
-    for mutation in &chapter.mutations {
-        let mut snapshot = assemble::reference(&course.catalog, &course.data, &chapter.id)
-            .map_err(|error| error.to_string())?;
-        if let Err(error) = assemble::apply_mutation(&mut snapshot, mutation) {
-            details.push(error.to_string());
-            continue;
-        }
-        let settings = course.materialize(
-            &format!("{}-mutant-{}", chapter.id, mutation.name),
-            &snapshot,
-        )?;
-        match run_chapter(&settings, &chapter.tests(), Some(&mutation.group)) {
-            Ok(groups) => {
-                let killed = groups.iter().any(|group| {
-                    !group.is_green()
-                        && group
-                            .failures()
-                            .any(|failure| failure.output.contains(&mutation.expect))
-                });
-                if killed {
-                    caught += 1;
-                    details.push(format!("{} 被 {} 组捕获", mutation.name, mutation.group));
-                } else {
-                    details.push(format!(
-                        "{} 未被捕获：{} 组没有出现含“{}”的失败",
-                        mutation.name, mutation.group, mutation.expect
-                    ));
+/// With the Labs before `lab` solved: earlier groups green, `lab`'s group red on its own marker.
+fn prove_lab(
+    course: &Course,
+    chapter: &Chapter,
+    lab: course_cli::runner::LabId,
+    group: &course_cli::runner::GroupSpec,
+    problems: &mut Vec<String>,
+) -> Result<LabProof, Failure> {
+    let state = assemble::lab_state(&course.catalog, &course.data, chapter, Solved::Before(lab))?;
+    let runner = course.materialize(&format!("{}-before-{lab}", chapter.id), &state)?;
+    let mut ok = true;
+    let mut first_red = String::new();
+    match runner.run_chapter(&chapter.tests(), None) {
+        Ok(groups) => {
+            for report in &groups {
+                let Some(this) = report.spec.lab else {
+                    continue;
+                };
+                if this < lab && !report.is_green() {
+                    ok = false;
+                    problems.push(format!("Lab {lab} 之前应已通过：{}", report.summary_line()));
+                }
+                if this == lab {
+                    first_red = report
+                        .failures()
+                        .next()
+                        .and_then(|failure| failure.headline(120))
+                        .unwrap_or_else(|| "（没有失败）".to_string());
+                    if !report.is_red_on_own_marker() {
+                        ok = false;
+                        problems.push(format!(
+                            "Lab {lab}：{} 组应全部以 {} 失败，实际看到 {}：{}",
+                            group.name,
+                            lab.marker(),
+                            report.markers_hit().join("、"),
+                            report.summary_line()
+                        ));
+                    }
                 }
             }
-            Err(error) => details.push(format!("{} 无法运行：{error}", mutation.name)),
+        }
+        Err(error) => {
+            ok = false;
+            first_red = "编译失败".to_string();
+            problems.push(format!("Lab {lab} 之前的状态无法运行：{error}"));
         }
     }
-    Ok(Check {
-        label: "变异",
-        ok: caught == chapter.mutations.len() && caught > 0,
-        detail: format!(
-            "{caught}/{} 捕获；{}",
-            chapter.mutations.len(),
-            details.join("；")
-        ),
+    Ok(LabProof {
+        lab: lab.to_string(),
+        group: group.name.clone(),
+        ok,
+        first_red,
     })
+}
+
+fn check_mistakes(
+    course: &Course,
+    chapter: &Chapter,
+    out: &Out,
+    problems: &mut Vec<String>,
+) -> Result<Mutations, Failure> {
+    let mut mutations = Mutations {
+        total: chapter.mistakes.len(),
+        ..Mutations::default()
+    };
+    let tests = chapter.tests();
+    for mistake in &chapter.mistakes {
+        let mut snapshot =
+            assemble::reference_with_held_out(&course.catalog, &course.data, chapter)?;
+        let (killed_by, detail) = match assemble::apply_mistake(&mut snapshot, mistake) {
+            Err(error) => ("none", error.to_string()),
+            Ok(()) => {
+                let runner = course.materialize(
+                    &format!("{}-mistake-{}", chapter.id, mistake.name),
+                    &snapshot,
+                )?;
+                match runner.run_chapter(&tests, Some(&mistake.group)) {
+                    Err(error) => (
+                        "none",
+                        format!("无法编译或运行：{}", first_lines(&error.to_string(), 3)),
+                    ),
+                    Ok(groups) => {
+                        let killing = groups
+                            .iter()
+                            .flat_map(|g| g.failures())
+                            .find(|f| f.output.contains(&mistake.expect));
+                        match killing {
+                            Some(failure) => ("public", format!("{} 失败", failure.name)),
+                            None => match runner.run_tests(&held_out_target(chapter), None) {
+                                Ok(outcomes) if outcomes.iter().any(|o| !o.passed()) => (
+                                    "held-out",
+                                    format!(
+                                        "公开的 {} 组没有以“{}”失败；保留测试捕获",
+                                        mistake.group, mistake.expect
+                                    ),
+                                ),
+                                _ => (
+                                    "none",
+                                    format!(
+                                        "{} 组没有以“{}”失败，保留测试也没有",
+                                        mistake.group, mistake.expect
+                                    ),
+                                ),
+                            },
+                        }
+                    }
+                }
+            }
+        };
+        out.say(&format!(
+            "    {} {:<40} {:<14} {}",
+            match killed_by {
+                "public" => "✓",
+                "held-out" => "△",
+                _ => "✗",
+            },
+            mistake.name,
+            mistake.group,
+            detail
+        ));
+        mutations.table.push(MistakeRow {
+            name: mistake.name.clone(),
+            group: mistake.group.clone(),
+            killed_by,
+            detail,
+        });
+    }
+    mutations.killed = mutations
+        .table
+        .iter()
+        .filter(|row| row.killed_by != "none")
+        .count();
+    mutations.killed_public = mutations
+        .table
+        .iter()
+        .filter(|row| row.killed_by == "public")
+        .count();
+    out.say(&format!(
+        "  {} 错误实现   公开测试捕获 {}/{}，加上保留测试 {}/{}",
+        mark(mutations.killed == mutations.total && mutations.total > 0),
+        mutations.killed_public,
+        mutations.total,
+        mutations.killed,
+        mutations.total
+    ));
+    if mutations.killed < mutations.total {
+        problems.push(format!(
+            "错误实现未全部捕获：{}/{}",
+            mutations.killed, mutations.total
+        ));
+    }
+    let minimum = if chapter.mode() == Mode::Rebuild {
+        MIN_MISTAKES
+    } else {
+        1
+    };
+    if mutations.total < minimum {
+        problems.push(format!(
+            "错误实现目录只有 {} 条，至少需要 {minimum} 条",
+            mutations.total
+        ));
+    }
+    if chapter.mode() == Mode::Rebuild
+        && (mutations.killed_public as f64) < MIN_PUBLIC_KILL_RATE * mutations.total as f64
+    {
+        problems.push(format!(
+            "公开测试只捕获 {}/{}，低于 {:.0}%",
+            mutations.killed_public,
+            mutations.total,
+            MIN_PUBLIC_KILL_RATE * 100.0
+        ));
+    }
+    Ok(mutations)
 }

@@ -163,6 +163,7 @@ pub type AssistantMessageEventStream = EventStream<ModelEvent, AssistantMessage>
 
 /// A model stream: `done` and `error` are both terminal, and both settle `result()`.
 pub fn assistant_message_event_stream() -> AssistantMessageEventStream {
+    // region: Lab 3.2 assistant_message_event_stream
     EventStream::new(
         |event: &ModelEvent| matches!(event, ModelEvent::Done { .. } | ModelEvent::Error { .. }),
         |event: &ModelEvent| match event {
@@ -172,6 +173,7 @@ pub fn assistant_message_event_stream() -> AssistantMessageEventStream {
             _ => panic!("{NOT_TERMINAL}"),
         },
     )
+    // endregion
 }
 
 #[derive(Debug, Clone, Default)]
@@ -193,16 +195,20 @@ pub fn now_ms() -> u64 {
 }
 
 pub fn text(value: &str) -> TextContent {
+    // region: Lab 3.1 text
     TextContent {
         text: value.to_string(),
     }
+    // endregion
 }
 
 pub fn user_message(value: &str) -> AgentMessage {
+    // region: Lab 3.1 user_message
     AgentMessage::User(UserMessage {
         content: vec![text(value)],
         timestamp: now_ms(),
     })
+    // endregion
 }
 
 /// An assistant message with the scripted defaults (`scripted` / `scripted-v1`, empty usage).
@@ -210,6 +216,7 @@ pub fn assistant_message(
     content: Vec<AssistantContent>,
     stop_reason: StopReason,
 ) -> AssistantMessage {
+    // region: Lab 3.1 assistant_message
     AssistantMessage {
         content,
         provider: "scripted".into(),
@@ -219,14 +226,18 @@ pub fn assistant_message(
         error_message: None,
         timestamp: now_ms(),
     }
+    // endregion
 }
 
+// region: Lab 3.1 answer-only join_texts
 fn join_texts<'a>(texts: impl Iterator<Item = &'a str>) -> String {
     texts.collect::<Vec<_>>().join("\n")
 }
+// endregion
 
 /// A lossy text projection: text blocks joined by newlines, tool calls left out.
 pub fn text_of(message: &AgentMessage) -> String {
+    // region: Lab 3.1 text_of
     match message {
         AgentMessage::System(system) => system_message_text(system),
         AgentMessage::User(user) => {
@@ -242,10 +253,12 @@ pub fn text_of(message: &AgentMessage) -> String {
             }))
         }
     }
+    // endregion
 }
 
 /// `content`, then each non-null section in order; empty parts skipped; joined by blank lines.
 pub fn system_message_text(message: &SystemMessage) -> String {
+    // region: Lab 3.3 system_message_text
     let sections = message
         .sections
         .iter()
@@ -255,10 +268,12 @@ pub fn system_message_text(message: &SystemMessage) -> String {
         .filter(|part| !part.is_empty())
         .collect::<Vec<_>>()
         .join("\n\n")
+    // endregion
 }
 
 /// Ordered replay of every system message into one. Pure: inputs are not modified.
 pub fn current_system_message(messages: &[AgentMessage]) -> Option<SystemMessage> {
+    // region: Lab 3.3 current_system_message
     let mut systems = messages.iter().filter_map(|message| match message {
         AgentMessage::System(system) => Some(system),
         _ => None,
@@ -287,9 +302,12 @@ pub fn current_system_message(messages: &[AgentMessage]) -> Option<SystemMessage
         },
         timestamp: first.timestamp,
     })
+    // endregion
 }
 
 /// The system prompt the model should see now, or `None` without any system message.
 pub fn current_system_prompt(messages: &[AgentMessage]) -> Option<String> {
+    // region: Lab 3.3 current_system_prompt
     current_system_message(messages).map(|message| system_message_text(&message))
+    // endregion
 }

@@ -101,6 +101,7 @@ pub fn tool_call(id: &str, name: &str, arguments: Value) -> ToolCall {
     }
 }
 
+// skeleton: // Lab 4.1 keeps the cursor and the recorded requests here; add fields if you need more.
 #[derive(Debug, Default)]
 struct ScriptState {
     cursor: usize,
@@ -125,9 +126,12 @@ impl ScriptedModel {
 
     /// Copies of every context received, in call order (refused calls included).
     pub fn requests(&self) -> Vec<AgentContext> {
+        // region: Lab 4.1 requests
         self.lock().requests.clone()
+        // endregion
     }
 
+    // region: Lab 4.1 answer-only lock and take_turn
     fn lock(&self) -> std::sync::MutexGuard<'_, ScriptState> {
         // A panicking test thread must not hide the script from the other assertions.
         self.state
@@ -144,32 +148,44 @@ impl ScriptedModel {
         state.cursor += 1;
         turn
     }
+    // endregion
 }
 
 impl Model for ScriptedModel {
+    // skeleton: /// Lab 4.1: record a copy of `context`, take the next turn, replay it as events
+    // skeleton: /// (start → one delta per block → done). Lab 4.2: failure turns, running out of script
+    // skeleton: /// and a pre-cancelled token all end in an `error` terminal instead of a panic.
     fn stream(
         &self,
         context: &AgentContext,
         options: StreamOptions,
     ) -> AssistantMessageEventStream {
+        // region: Lab 4.1 ScriptedModel::stream
         let stream = assistant_message_event_stream();
         let turn = self.take_turn(context);
         let cancelled = options
             .cancel
             .as_ref()
             .is_some_and(|token| token.is_cancelled());
+        // region: Lab 4.2 pre-cancelled or out of script
+        // stub: if cancelled { todo!() }
+        // stub: let Some(turn) = turn else { todo!() };
         if cancelled {
             refuse(&stream, StopReason::Aborted, REQUEST_ABORTED);
-        } else {
-            match turn {
-                None => refuse(&stream, StopReason::Error, NO_MORE_RESPONSES),
-                Some(turn) => replay(&stream, final_message(turn)),
-            }
+            return stream;
         }
+        let Some(turn) = turn else {
+            refuse(&stream, StopReason::Error, NO_MORE_RESPONSES);
+            return stream;
+        };
+        // endregion
+        replay(&stream, final_message(turn));
         stream
+        // endregion
     }
 }
 
+// region: Lab 4.2 answer-only refuse
 /// A call that never started: a single `error` terminal, no `start`.
 fn refuse(stream: &AssistantMessageEventStream, reason: StopReason, message: &str) {
     let mut error = assistant_message(Vec::new(), reason);
@@ -180,7 +196,9 @@ fn refuse(stream: &AssistantMessageEventStream, reason: StopReason, message: &st
     });
     stream.end(error);
 }
+// endregion
 
+// region: Lab 4.1 answer-only final_message and replay
 fn final_message(turn: ScriptedTurn) -> AssistantMessage {
     match turn {
         ScriptedTurn::Message(message) => message,
@@ -189,12 +207,14 @@ fn final_message(turn: ScriptedTurn) -> AssistantMessage {
             error_message,
             partial_text,
         } => {
+            // region: Lab 4.2 failure turns
             let content = partial_text
                 .map(|value| vec![AssistantContent::Text(text(&value))])
                 .unwrap_or_default();
             let mut message = assistant_message(content, stop_reason);
             message.error_message = Some(error_message);
             message
+            // endregion
         }
     }
 }
@@ -259,3 +279,4 @@ fn replay(stream: &AssistantMessageEventStream, message: AssistantMessage) {
     }
     stream.end(message);
 }
+// endregion

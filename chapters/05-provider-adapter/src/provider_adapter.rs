@@ -27,6 +27,7 @@ pub const MISSING_FINISH: &str = "Provider stream ended without a finish chunk";
 
 // ---------------------------------------------------------------- outbound (Lab 5.1)
 
+// region: Lab 5.1 answer-only join_texts
 fn join_texts(blocks: &[TextContent]) -> String {
     blocks
         .iter()
@@ -34,10 +35,12 @@ fn join_texts(blocks: &[TextContent]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+// endregion
 
 /// Canonical transcript → OpenAI chat messages. System messages are folded into one leading
 /// `system` message (the replayed prompt); the transcript itself is never rewritten.
 pub fn to_provider_messages(context: &AgentContext) -> Vec<Value> {
+    // region: Lab 5.1 to_provider_messages
     let mut wire = Vec::new();
     if let Some(prompt) = current_system_prompt(&context.messages) {
         if !prompt.is_empty() {
@@ -60,8 +63,10 @@ pub fn to_provider_messages(context: &AgentContext) -> Vec<Value> {
         }
     }
     wire
+    // endregion
 }
 
+// region: Lab 5.1 answer-only assistant_to_wire
 fn assistant_to_wire(message: &AssistantMessage) -> Value {
     let mut texts = Vec::new();
     let mut calls = Vec::new();
@@ -85,7 +90,9 @@ fn assistant_to_wire(message: &AssistantMessage) -> Value {
     }
     wire
 }
+// endregion
 
+// region: Lab 5.1 answer-only wire_arguments
 /// The provider's own text wins: re-serialising could change what the model said.
 fn wire_arguments(call: &ToolCall) -> String {
     match (&call.raw_arguments, &call.arguments) {
@@ -94,9 +101,11 @@ fn wire_arguments(call: &ToolCall) -> String {
         (None, arguments) => arguments.to_string(),
     }
 }
+// endregion
 
 /// `None` for no tools, so the request carries no empty `tools` array.
 pub fn to_provider_tools(tools: &[ToolDefinition]) -> Option<Vec<Value>> {
+    // region: Lab 5.1 to_provider_tools
     if tools.is_empty() {
         return None;
     }
@@ -115,6 +124,7 @@ pub fn to_provider_tools(tools: &[ToolDefinition]) -> Option<Vec<Value>> {
             })
             .collect(),
     )
+    // endregion
 }
 
 // ---------------------------------------------------------------- the seam
@@ -137,11 +147,13 @@ pub enum FinishReason {
 
 impl FinishReason {
     pub fn stop_reason(self) -> StopReason {
+        // region: Lab 5.2 FinishReason::stop_reason
         match self {
             FinishReason::Stop => StopReason::Stop,
             FinishReason::Length => StopReason::Length,
             FinishReason::ToolCalls => StopReason::ToolUse,
         }
+        // endregion
     }
 }
 
@@ -155,6 +167,7 @@ pub struct ProviderUsage {
 
 impl ProviderUsage {
     pub fn normalize(self) -> Usage {
+        // region: Lab 5.2 ProviderUsage::normalize
         let input = self.input.unwrap_or(0);
         let output = self.output.unwrap_or(0);
         Usage {
@@ -162,6 +175,7 @@ impl ProviderUsage {
             output,
             total_tokens: self.total_tokens.unwrap_or(input + output),
         }
+        // endregion
     }
 }
 
@@ -268,6 +282,7 @@ struct ToolBuffer {
     content_index: usize,
 }
 
+// region: Lab 5.2 answer-only ToolBuffer::streaming_call
 impl ToolBuffer {
     fn streaming_call(&self) -> ToolCall {
         ToolCall {
@@ -278,6 +293,7 @@ impl ToolBuffer {
         }
     }
 }
+// endregion
 
 /// Per-request state of the inbound state machine. Pure: no I/O, no clock except the
 /// timestamps `assistant_message` stamps.
@@ -303,21 +319,26 @@ impl InboundState {
         }
     }
 
+    // region: Lab 5.2 answer-only InboundState::message
     fn message(&self, content: Vec<AssistantContent>, stop_reason: StopReason) -> AssistantMessage {
         let mut message = assistant_message(content, stop_reason);
         message.provider = self.provider.clone();
         message.model = self.model.clone();
         message
     }
+    // endregion
 
     /// The message as it stands: what every delta event carries.
     pub fn partial(&self) -> AssistantMessage {
+        // region: Lab 5.2 InboundState::partial
         self.message(self.content.clone(), StopReason::Stop)
+        // endregion
     }
 
     /// Applies one chunk; text and tool chunks yield their delta event, `Finish` is kept
     /// for `finish()`.
     pub fn apply(&mut self, chunk: ProviderChunk) -> Option<ModelEvent> {
+        // region: Lab 5.2 InboundState::apply
         match chunk {
             ProviderChunk::Text { delta } => {
                 // One text block per message, even when text and tool calls interleave.
@@ -379,11 +400,13 @@ impl InboundState {
                 None
             }
         }
+        // endregion
     }
 
     /// After the transport ended: one `toolcall_end` per buffered call (in content order)
     /// and the final message, or the error text when the stream cannot be completed.
     pub fn finish(&mut self) -> Result<(Vec<ModelEvent>, AssistantMessage), String> {
+        // region: Lab 5.2 InboundState::finish
         let Some((reason, usage)) = self.finish else {
             return Err(MISSING_FINISH.to_string());
         };
@@ -428,13 +451,16 @@ impl InboundState {
         let mut message = self.message(self.content.clone(), stop_reason);
         message.usage = usage.normalize();
         Ok((events, message))
+        // endregion
     }
 
     /// The terminal message of a failed stream: partial content kept, zero usage.
     pub fn fail(&self, reason: StopReason, error_message: &str) -> AssistantMessage {
+        // region: Lab 5.2 InboundState::fail
         let mut message = self.message(self.content.clone(), reason);
         message.error_message = Some(error_message.to_string());
         message
+        // endregion
     }
 }
 
@@ -465,6 +491,7 @@ impl Model for OpenAiCompatibleModel {
         context: &AgentContext,
         options: StreamOptions,
     ) -> AssistantMessageEventStream {
+        // region: Lab 5.3 OpenAiCompatibleModel::stream
         let stream = assistant_message_event_stream();
         let mut state = InboundState::new(&self.provider, &self.model);
         stream.push(ModelEvent::Start {
@@ -521,5 +548,6 @@ impl Model for OpenAiCompatibleModel {
             output.end(error);
         });
         stream
+        // endregion
     }
 }

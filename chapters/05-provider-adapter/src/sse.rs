@@ -16,9 +16,11 @@ use crate::provider_adapter::{
 /// Prefix of every wire-validation error.
 pub const INVALID_CHUNK: &str = "Invalid provider chunk: ";
 
+// region: Lab 5.4 answer-only invalid
 fn invalid(detail: impl AsRef<str>) -> TransportError {
     TransportError::new(format!("{INVALID_CHUNK}{}", detail.as_ref()))
 }
+// endregion
 
 // ---------------------------------------------------------------- framing (Lab 5.4)
 
@@ -37,6 +39,7 @@ impl SseParser {
 
     /// Feeds bytes; returns the payloads of every event completed by them.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        // region: Lab 5.4 SseParser::push
         self.buffer.extend_from_slice(bytes);
         let mut payloads = Vec::new();
         // Splitting on the byte b'\n' is safe: it never occurs inside a UTF-8 sequence.
@@ -45,10 +48,12 @@ impl SseParser {
             self.line(&line[..line.len() - 1], &mut payloads);
         }
         payloads
+        // endregion
     }
 
     /// End of input: an unterminated last line still counts, leftover data is dispatched.
     pub fn finish(&mut self) -> Vec<String> {
+        // region: Lab 5.4 SseParser::finish
         let mut payloads = Vec::new();
         if !self.buffer.is_empty() {
             let line = std::mem::take(&mut self.buffer);
@@ -56,8 +61,10 @@ impl SseParser {
         }
         self.dispatch(&mut payloads);
         payloads
+        // endregion
     }
 
+    // region: Lab 5.4 answer-only SseParser::line
     fn line(&mut self, raw: &[u8], payloads: &mut Vec<String>) {
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
         let line = String::from_utf8_lossy(raw);
@@ -71,17 +78,21 @@ impl SseParser {
         }
         // Comments (":…") and other fields (event:, id:, retry:) carry nothing we use.
     }
+    // endregion
 
+    // region: Lab 5.4 answer-only SseParser::dispatch
     fn dispatch(&mut self, payloads: &mut Vec<String>) {
         if !self.data.is_empty() {
             payloads.push(self.data.join("\n"));
             self.data.clear();
         }
     }
+    // endregion
 }
 
 // ---------------------------------------------------------------- payloads (Lab 5.4)
 
+// region: Lab 5.4 answer-only optional_u64
 fn optional_u64(
     object: &Map<String, Value>,
     key: &str,
@@ -95,7 +106,9 @@ fn optional_u64(
             .ok_or_else(|| invalid(format!("{path}.{key} must be a non-negative integer"))),
     }
 }
+// endregion
 
+// region: Lab 5.4 answer-only optional_str
 fn optional_str<'a>(
     object: &'a Map<String, Value>,
     key: &str,
@@ -107,6 +120,7 @@ fn optional_str<'a>(
         Some(_) => Err(invalid(format!("{path}.{key} must be a string"))),
     }
 }
+// endregion
 
 /// Validates OpenAI chat-completion chunks and turns them into `ProviderChunk`s. The finish
 /// reason and usage are remembered across payloads, because providers send usage in a
@@ -129,6 +143,7 @@ impl ChunkDecoder {
     }
 
     pub fn decode(&mut self, payload: &str) -> Result<Vec<ProviderChunk>, TransportError> {
+        // region: Lab 5.4 ChunkDecoder::decode
         if payload.trim() == "[DONE]" {
             self.done = true;
             return Ok(Vec::new());
@@ -152,16 +167,20 @@ impl ChunkDecoder {
             // Merging several choices would silently mix two different answers.
             _ => Err(invalid("only one streamed choice is supported")),
         }
+        // endregion
     }
 
     /// The `Finish` chunk, if a finish reason was seen.
     pub fn finish(&self) -> Option<ProviderChunk> {
+        // region: Lab 5.4 ChunkDecoder::finish
         self.finish_reason.map(|reason| ProviderChunk::Finish {
             reason,
             usage: self.usage,
         })
+        // endregion
     }
 
+    // region: Lab 5.4 answer-only ChunkDecoder::merge_usage
     fn merge_usage(&mut self, object: &Map<String, Value>) -> Result<bool, TransportError> {
         let usage = match object.get("usage") {
             None | Some(Value::Null) => return Ok(false),
@@ -176,7 +195,9 @@ impl ChunkDecoder {
         self.usage.total_tokens = total.or(self.usage.total_tokens);
         Ok(true)
     }
+    // endregion
 
+    // region: Lab 5.4 answer-only ChunkDecoder::choice
     fn choice(&mut self, choice: &Value) -> Result<Vec<ProviderChunk>, TransportError> {
         let Value::Object(choice) = choice else {
             return Err(invalid("choices[0] must be an object"));
@@ -230,8 +251,10 @@ impl ChunkDecoder {
         }
         Ok(chunks)
     }
+    // endregion
 }
 
+// region: Lab 5.4 answer-only tool_chunk
 fn tool_chunk(call: &Value, path: &str) -> Result<ProviderChunk, TransportError> {
     let Value::Object(call) = call else {
         return Err(invalid(format!("{path} must be an object")));
@@ -267,11 +290,13 @@ fn tool_chunk(call: &Value, path: &str) -> Result<ProviderChunk, TransportError>
         arguments_delta: arguments.map(str::to_string),
     })
 }
+// endregion
 
 /// Runs recorded response bytes through framing and validation, exactly as a live
 /// transport would: stops at `[DONE]` or at the first error, and appends the `Finish`
 /// chunk at the end.
 pub fn decode_sse<'a>(fragments: impl IntoIterator<Item = &'a [u8]>) -> Vec<ChunkResult> {
+    // region: Lab 5.4 decode_sse
     let mut parser = SseParser::new();
     let mut decoder = ChunkDecoder::new();
     let mut out = Vec::new();
@@ -306,6 +331,7 @@ pub fn decode_sse<'a>(fragments: impl IntoIterator<Item = &'a [u8]>) -> Vec<Chun
         }
     }
     out
+    // endregion
 }
 
 // ---------------------------------------------------------------- in-memory transport

@@ -90,24 +90,29 @@ pub const MUST_BE_OBJECT: &str = "参数必须是 object";
 
 /// A required string. No coercion: `1` is not `"1"`.
 pub fn string_value() -> Validator<String> {
+    // region: Lab 6.1 string_value
     Validator::new(json!({"type": "string"}), false, |value| match value {
         Some(Value::String(text)) => Ok(text.clone()),
         _ => Err(ValidationError(MUST_BE_STRING.into())),
     })
+    // endregion
 }
 
 /// An optional string. Absent is `None`; an explicit `null` is not absent and is refused,
 /// because the schema the model sees says `"type": "string"`.
 pub fn optional_string() -> Validator<Option<String>> {
+    // region: Lab 6.1 optional_string
     let required = string_value();
     Validator::new(json!({"type": "string"}), true, move |value| match value {
         None => Ok(None),
         present => required.parse(present).map(Some),
     })
+    // endregion
 }
 
 /// An optional integer ≥ 1. `0`, `1.5`, `-3` and `"1"` are refused.
 pub fn optional_positive_integer() -> Validator<Option<u64>> {
+    // region: Lab 6.1 optional_positive_integer
     Validator::new(
         json!({"type": "integer", "minimum": 1}),
         true,
@@ -119,6 +124,7 @@ pub fn optional_positive_integer() -> Validator<Option<u64>> {
             },
         },
     )
+    // endregion
 }
 
 /// A named field of an object shape.
@@ -217,6 +223,7 @@ impl<T> Schema<T> {
 /// refuses non-objects, visits only the declared keys and builds a fresh typed value (extra
 /// keys cannot reach the output; the input is only borrowed).
 pub fn object_schema<S: Shape>(shape: S) -> Schema<S::Output> {
+    // region: Lab 6.1 object_schema
     let fields = shape.fields();
     let properties: Map<String, Value> = fields
         .iter()
@@ -237,6 +244,7 @@ pub fn object_schema<S: Shape>(shape: S) -> Schema<S::Output> {
         Value::Object(object) => shape.parse_fields(object),
         _ => Err(ValidationError(MUST_BE_OBJECT.into())),
     })
+    // endregion
 }
 
 // ---------------------------------------------------------------------------------------
@@ -443,33 +451,42 @@ pub struct ToolRegistry {
 impl ToolRegistry {
     /// Registers each initial tool in order, with the same duplicate check as `register`.
     pub fn new(tools: Vec<SharedTool>) -> Result<Self, RegistryError> {
+        // region: Lab 6.2 ToolRegistry::new
         let mut registry = ToolRegistry::default();
         for tool in tools {
             registry.register(tool)?;
         }
         Ok(registry)
+        // endregion
     }
 
     /// Refuses a second tool with the same name and keeps the first one.
     pub fn register(&mut self, tool: SharedTool) -> Result<(), RegistryError> {
+        // region: Lab 6.2 ToolRegistry::register
         if self.get(tool.name()).is_some() {
             return Err(RegistryError::Duplicate(tool.name().to_string()));
         }
         self.tools.push(tool);
         Ok(())
+        // endregion
     }
 
     pub fn get(&self, name: &str) -> Option<&SharedTool> {
+        // region: Lab 6.2 ToolRegistry::get
         self.tools.iter().find(|tool| tool.name() == name)
+        // endregion
     }
 
     /// In registration order.
     pub fn list(&self) -> &[SharedTool] {
+        // region: Lab 6.2 ToolRegistry::list
         &self.tools
+        // endregion
     }
 
     /// What the provider may see: name, description, parameters — never `execute`.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
+        // region: Lab 6.2 ToolRegistry::definitions
         self.tools
             .iter()
             .map(|tool| ToolDefinition {
@@ -481,6 +498,7 @@ impl ToolRegistry {
                     .unwrap_or_else(|| json!({"type": "object"})),
             })
             .collect()
+        // endregion
     }
 }
 
@@ -497,6 +515,7 @@ pub async fn execute_tool_call(
     registry: &ToolRegistry,
     context: CallContext,
 ) -> ToolResultMessage {
+    // region: Lab 6.3 execute_tool_call
     // 1. lookup: an unknown name never touches a schema.
     let Some(tool) = registry.get(&call.name) else {
         return failed_result(call, UNKNOWN_TOOL);
@@ -525,8 +544,10 @@ pub async fn execute_tool_call(
         },
         Err(message) => failed_result(call, &message),
     }
+    // endregion
 }
 
+// region: Lab 6.3 answer-only failed_result
 /// The single shape of every foreseeable failure.
 pub fn failed_result(call: &ToolCall, message: &str) -> ToolResultMessage {
     ToolResultMessage {
@@ -538,9 +559,11 @@ pub fn failed_result(call: &ToolCall, message: &str) -> ToolResultMessage {
         timestamp: now_ms(),
     }
 }
+// endregion
 
 pub const TOOL_PANICKED: &str = "工具执行时发生 panic";
 
+// region: Lab 6.3 answer-only run_catching_panics
 /// Runs the tool on its own task so a panic becomes an error value instead of unwinding
 /// through the executor. The task is aborted if the executor's future is dropped.
 ///
@@ -576,3 +599,4 @@ async fn run_catching_panics(
         Err(_) => Err("工具任务被取消".to_string()),
     }
 }
+// endregion

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::Parser;
 
-use course_cli::assemble::{self, crate_path};
+use course_cli::assemble;
 use course_cli::catalog::{Catalog, Chapter, Mode};
 use course_cli::files;
 use course_cli::learning;
@@ -92,7 +92,7 @@ fn run(cli: Cli) -> Result<(), String> {
         .unwrap_or_else(|| PathBuf::from(format!("../pi-practice-{}", chapter.id)));
 
     let snapshot =
-        assemble::practice(&catalog, &data, &chapter.id).map_err(|error| error.to_string())?;
+        assemble::practice(&catalog, &data, chapter).map_err(|error| error.to_string())?;
     let written = course_cli::write::write_new_workspace(&snapshot, &target)
         .map_err(|error| error.to_string())?;
     print_summary(chapter, &written);
@@ -105,7 +105,7 @@ fn print_list(catalog: &Catalog) {
         println!(
             "{:<6} {:<6} {}",
             chapter.id,
-            chapter.mode.label(),
+            chapter.mode().label(),
             chapter.title
         );
     }
@@ -113,13 +113,17 @@ fn print_list(catalog: &Catalog) {
 
 fn print_summary(chapter: &Chapter, dir: &std::path::Path) {
     println!("已生成第 {} 章练习工作区：{}", chapter.id, chapter.title);
-    println!("  模式：{}", chapter.mode.label());
+    println!("  模式：{}", chapter.mode().label());
     println!("  目录：{}", dir.display());
-    if !chapter.edit.is_empty() {
-        let files: Vec<String> = chapter.edit.iter().map(|file| crate_path(file)).collect();
+    if !chapter.edit().is_empty() {
+        let files: Vec<String> = chapter
+            .edit()
+            .iter()
+            .map(|file| file.in_workspace().to_string())
+            .collect();
         println!("  要编辑的文件：{}", files.join("、"));
     }
-    let first = match (chapter.mode, chapter.groups.first()) {
+    let first = match (chapter.mode(), chapter.groups.first()) {
         (Mode::Rebuild, Some(group)) => {
             format!("cargo xtask test {} --group {}", chapter.id, group.name)
         }

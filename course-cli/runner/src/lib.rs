@@ -1,0 +1,23 @@
+//! The course's group runner: the one place that knows how a chapter's acceptance tests are
+//! named, listed, run and judged.
+//!
+//! The course xtask uses it to verify chapters; every practice workspace carries it as a crate
+//! and runs [`practice::main`] as its `cargo xtask`. What a learner's `cargo xtask test 06`
+//! reports is therefore computed by exactly the code instructors verify with.
+//!
+//! Depends on std, serde and serde_json only (see `Cargo.toml`).
+
+pub mod cargo;
+pub mod exit;
+pub mod id;
+pub mod judge;
+pub mod libtest;
+pub mod practice;
+pub mod spec;
+
+pub use cargo::{CargoRunner, RunError};
+pub use exit::Exit;
+pub use id::{ChapterId, IdError, LabId};
+pub use judge::GroupReport;
+pub use libtest::{TestOutcome, Verdict};
+pub use spec::{content_hash, ChapterTests, GroupSpec, Stamp, LEARNER_PACKAGE, STAMP_FILE};

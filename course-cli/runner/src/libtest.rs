@@ -1,0 +1,275 @@
+//! Reading libtest's output: the test list and the human run format.
+
+use std::collections::BTreeMap;
+
+use crate::id::LabId;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Passed,
+    Failed,
+    /// Marked `#[ignore]`: it did not run, so it proves nothing.
+    Ignored,
+}
+
+/// One panic found in a test's captured output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Panic {
+    /// The panicking thread; libtest names a test's own thread after the test.
+    pub thread: String,
+    /// The whole message, possibly several lines (`left:` / `right:` of `assert_eq!`).
+    pub message: String,
+}
+
+/// Outcome of one test function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestOutcome {
+    pub name: String,
+    pub verdict: Verdict,
+    /// Captured output of a failed test.
+    pub output: String,
+}
+
+impl TestOutcome {
+    pub fn passed(&self) -> bool {
+        self.verdict == Verdict::Passed
+    }
+
+    /// Every panic in the captured output, in the order they happened.
+    pub fn panics(&self) -> Vec<Panic> {
+        parse_panics(&self.output)
+    }
+
+    /// The test's own failure: the panic of the thread named after the test, not a panic a
+    /// tool raised on purpose elsewhere (the executor catches those).
+    pub fn own_panic(&self) -> Option<Panic> {
+        let panics = self.panics();
+        panics
+            .iter()
+            .find(|panic| panic.thread == self.name)
+            .or_else(|| panics.first())
+            .cloned()
+    }
+
+    /// The first Lab stub this test ran into (`Lab 6.3 execute_tool_call 尚未实现`), if any.
+    pub fn first_lab_stub(&self) -> Option<(LabId, String)> {
+        self.panics().into_iter().find_map(|panic| {
+            let first_line = panic.message.lines().next()?.to_string();
+            let rest = first_line.strip_prefix("Lab ")?;
+            let lab = rest.split_whitespace().next()?.parse().ok()?;
+            Some((lab, first_line))
+        })
+    }
+
+    /// What a learner should read first: the Lab stub they hit, or else the test's own
+    /// failure — its first line plus `left`/`right`, each shortened to `width` characters.
+    pub fn headline(&self, width: usize) -> Option<String> {
+        if let Some((_, line)) = self.first_lab_stub() {
+            return Some(line);
+        }
+        let panic = self.own_panic()?;
+        let mut lines = panic.message.lines();
+        let mut headline = shorten(lines.next()?.trim(), width);
+        for line in lines {
+            let trimmed = line.trim_start();
+            if trimmed.starts_with("left:") || trimmed.starts_with("right:") {
+                headline.push_str("\n    ");
+                headline.push_str(&shorten(trimmed, width));
+            }
+        }
+        Some(headline)
+    }
+}
+
+/// Cuts `text` to `width` characters, marking the cut.
+pub fn shorten(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let head: String = text.chars().take(width.saturating_sub(1)).collect();
+        format!("{head}…")
+    }
+}
+
+/// Names from `--list --format terse` (`name: test` lines).
+pub fn parse_test_list(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Result lines plus the captured output of failures.
+pub fn parse_test_run(stdout: &str) -> Vec<TestOutcome> {
+    let mut outcomes: Vec<TestOutcome> = stdout
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("test ")?;
+            let (name, verdict) = rest.rsplit_once(" ... ")?;
+            let verdict = match verdict.trim() {
+                "ok" => Verdict::Passed,
+                "FAILED" => Verdict::Failed,
+                text if text.starts_with("ignored") => Verdict::Ignored,
+                _ => return None,
+            };
+            Some(TestOutcome {
+                name: name.to_string(),
+                verdict,
+                output: String::new(),
+            })
+        })
+        .collect();
+    let captured = parse_failure_sections(stdout);
+    for outcome in outcomes.iter_mut().filter(|o| o.verdict == Verdict::Failed) {
+        if let Some(output) = captured.get(&outcome.name) {
+            outcome.output.clone_from(output);
+        }
+    }
+    outcomes
+}
+
+/// `---- name stdout ----` blocks, keyed by test name.
+fn parse_failure_sections(stdout: &str) -> BTreeMap<String, String> {
+    let mut sections = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in stdout.lines() {
+        let header = line
+            .strip_prefix("---- ")
+            .and_then(|rest| rest.strip_suffix(" stdout ----"));
+        if header.is_some() || line == "failures:" {
+            if let Some((name, body)) = current.take() {
+                sections.insert(name, body);
+            }
+        }
+        if let Some(name) = header {
+            current = Some((name.to_string(), String::new()));
+        } else if let Some((_, body)) = current.as_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    if let Some((name, body)) = current {
+        sections.insert(name, body);
+    }
+    sections
+}
+
+/// `thread 'name' panicked at location:` followed by the message, up to the `note:` line,
+/// a backtrace, the next panic, or the end.
+fn parse_panics(output: &str) -> Vec<Panic> {
+    let mut panics = Vec::new();
+    let mut lines = output.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix("thread '") else {
+            continue;
+        };
+        // `thread 'name' panicked at …`, since Rust 1.88 `thread 'name' (1234) panicked at …`.
+        let Some((thread, after)) = rest.split_once('\'') else {
+            continue;
+        };
+        let after = after.trim_start();
+        let after = match after.strip_prefix('(') {
+            Some(id) => id
+                .split_once(')')
+                .filter(|(digits, _)| digits.bytes().all(|b| b.is_ascii_digit()))
+                .map_or("", |(_, rest)| rest.trim_start()),
+            None => after,
+        };
+        let Some(after) = after.strip_prefix("panicked at ") else {
+            continue;
+        };
+        let mut message = Vec::new();
+        // Before Rust 1.73 the message followed the location on the same line.
+        if let Some((_, inline)) = after.split_once(": ") {
+            if !inline.trim().is_empty() {
+                message.push(inline.to_string());
+            }
+        }
+        while let Some(next) = lines.peek() {
+            if next.starts_with("note: ")
+                || next.starts_with("stack backtrace:")
+                || next.starts_with("thread '")
+            {
+                break;
+            }
+            message.push(lines.next().expect("peeked").to_string());
+        }
+        while message.last().is_some_and(|line| line.trim().is_empty()) {
+            message.pop();
+        }
+        panics.push(Panic {
+            thread: thread.to_string(),
+            message: message.join("\n"),
+        });
+    }
+    panics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RUN: &str = "\nrunning 4 tests\ntest registry::keeps_order ... ok\n\
+test validator::schema_is_exact ... FAILED\ntest executor::pairs ... FAILED\n\
+test executor::slow ... ignored, needs a network\n\n\
+failures:\n\n---- validator::schema_is_exact stdout ----\n\n\
+thread 'validator::schema_is_exact' panicked at src/tool.rs:12:5:\n\
+Lab 6.1 object_schema 尚未实现\nnote: run with `RUST_BACKTRACE=1`\n\n\
+---- executor::pairs stdout ----\n\
+thread 'tokio-runtime-worker' panicked at tests/x.rs:9:9:\nSTACK_SECRET\n\
+thread 'executor::pairs' (77) panicked at tests/x.rs:3:9:\n\
+assertion `left == right` failed: 未知工具的结果必须保留原调用的 id\n  left: \"a\"\n right: \"b\"\n\n\
+failures:\n    validator::schema_is_exact\n    executor::pairs\n\n\
+test result: FAILED. 1 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out\n";
+
+    #[test]
+    fn parses_verdicts_including_ignored() {
+        let verdicts: Vec<_> = parse_test_run(RUN)
+            .into_iter()
+            .map(|o| (o.name, o.verdict))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("registry::keeps_order".to_string(), Verdict::Passed),
+                ("validator::schema_is_exact".to_string(), Verdict::Failed),
+                ("executor::pairs".to_string(), Verdict::Failed),
+                ("executor::slow".to_string(), Verdict::Ignored),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_lab_stub_is_the_headline() {
+        let outcome = &parse_test_run(RUN)[1];
+        let (lab, line) = outcome.first_lab_stub().expect("stub panic found");
+        assert_eq!(lab.to_string(), "6.1");
+        assert_eq!(line, "Lab 6.1 object_schema 尚未实现");
+        assert_eq!(
+            outcome.headline(80).as_deref(),
+            Some("Lab 6.1 object_schema 尚未实现")
+        );
+    }
+
+    #[test]
+    fn the_tests_own_failure_wins_over_a_tools_deliberate_panic() {
+        let outcome = &parse_test_run(RUN)[2];
+        assert_eq!(outcome.panics().len(), 2);
+        assert_eq!(outcome.first_lab_stub(), None);
+        assert_eq!(
+            outcome.headline(80).as_deref(),
+            Some(
+                "assertion `left == right` failed: 未知工具的结果必须保留原调用的 id\n    left: \"a\"\n    right: \"b\""
+            )
+        );
+        let short = outcome.headline(12).unwrap();
+        assert!(short.starts_with("assertion `…"), "{short}");
+    }
+
+    #[test]
+    fn parses_terse_listing() {
+        let listed = parse_test_list("validator::a: test\nregistry::b: test\n\n2 tests\n");
+        assert_eq!(listed, ["validator::a", "registry::b"]);
+    }
+}
