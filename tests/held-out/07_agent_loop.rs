@@ -31,12 +31,12 @@ async fn run(model: &ScriptedModel) -> AgentRunResult {
     input.messages.push(user_message("go"));
     let options = AgentLoopOptions::new(
         Arc::new(model.clone()),
-        ToolRegistry::new(vec![upper()]).unwrap(),
+        ToolRegistry::new(vec![upper()]).expect("只有一个工具，Registry 应当建成"),
         input,
     );
     tokio::time::timeout(Duration::from_secs(1), run_agent_loop(options))
         .await
-        .unwrap()
+        .expect("1 秒内循环没有结束")
 }
 
 fn tool_results(messages: &[AgentMessage]) -> Vec<&ToolResultMessage> {
@@ -64,13 +64,26 @@ async fn every_call_id_in_a_mixed_batch_gets_exactly_one_result() {
         .iter()
         .map(|result| result.tool_call_id.as_str())
         .collect();
-    assert_eq!(ids, ["call_Zq", "call_Xy", "call_Wv"]);
-    assert_eq!(tool_results(&result.messages)[0].content, vec![text("PI")]);
+    assert_eq!(
+        ids,
+        ["call_Zq", "call_Xy", "call_Wv"],
+        "混合批次里每个调用 id 按调用顺序恰好一条结果"
+    );
+    assert_eq!(
+        tool_results(&result.messages)[0].content,
+        vec![text("PI")],
+        "成功的调用带着工具自己的输出"
+    );
     assert_eq!(
         tool_results(&result.messages)[1].content,
-        vec![text("Tool nope failed: 未知工具")]
+        vec![text("Tool nope failed: 未知工具")],
+        "未知工具的调用得到执行器的失败结果"
     );
-    assert_eq!(result.reason, RunReason::Stop);
+    assert!(
+        tool_results(&result.messages)[2].is_error,
+        "参数不合法的调用得到失败结果"
+    );
+    assert_eq!(result.reason, RunReason::Stop, "结果回填后模型 stop：Stop");
 }
 
 #[tokio::test]
@@ -80,13 +93,19 @@ async fn skipped_results_explain_themselves() {
         skipped_result(&call, "length").content,
         vec![text(
             "Tool call was not executed because the model response was truncated."
-        )]
+        )],
+        "length 的跳过说明（指南原文）"
     );
     assert_eq!(
         skipped_result(&call, "aborted").content,
         vec![text(
             "Tool call was not executed because the model turn ended with aborted."
-        )]
+        )],
+        "aborted 的跳过说明（指南原文）"
     );
-    assert_eq!(skipped_result(&call, "unexpected-stop").tool_call_id, "t");
+    assert_eq!(
+        skipped_result(&call, "unexpected-stop").tool_call_id,
+        "t",
+        "跳过结果保留原调用的 id"
+    );
 }
