@@ -273,8 +273,14 @@ mod validator {
                 "{accepted} 是正整数，必须接受"
             );
         }
+        assert_eq!(
+            validator.parse(Some(&json!(2.0))),
+            Ok(Some(2)),
+            "JSON Schema 的 integer 包括 2.0：没有小数部分的数就是整数"
+        );
         for (value, rule) in [
             (json!(0), "0 不是正整数（下界是 1）"),
+            (json!(0.0), "0.0 等于 0，不是正整数"),
             (json!(1.5), "1.5 不是整数，不能截断成 1"),
             (json!("1"), "字符串 \"1\" 不能转换成整数"),
             (json!(-3), "负数不是正整数"),

@@ -14,3 +14,4 @@ pub mod regions;
 pub mod write;
 
 pub use course_runner as runner;
+pub mod guide;

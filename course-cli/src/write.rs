@@ -1,15 +1,18 @@
-//! The imperative shell: putting a snapshot on disk.
+//! The imperative shell: putting a snapshot on disk without ever harming what the user owns.
 //!
-//! [`write_new_workspace`] never touches anything the user owns. The whole tree is built in a
-//! staging directory beside the target (same filesystem) and renamed into place in one step:
-//! rename(2) onto a missing path or an empty directory succeeds, onto a non-empty directory
-//! fails. So an interrupted run leaves no partial workspace at the target, and of two runs
-//! racing for one target exactly one wins.
+//! The whole tree is built in a staging directory beside the target (same filesystem). A missing
+//! target receives it with one rename(2), the commit point; an existing empty directory is
+//! filled in place — same inode, mode and owner — under a claim file that makes two racing runs
+//! have exactly one winner. Interrupted (a signal flag set) or failed, everything this run
+//! created is removed again: the staging directory, the entries moved into an empty target, the
+//! parent directories it made. A staging directory left by a killed run carries its owner's
+//! pid and start time; the next run removes it once it can prove that process is gone.
 
 use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::assemble::Snapshot;
@@ -18,15 +21,30 @@ use crate::assemble::Snapshot;
 pub const SLOW_WRITE_ENV: &str = "PI_COURSE_TEST_SLOW_WRITE_MS";
 /// Prefix of the staging directory created beside the target.
 pub const STAGING_PREFIX: &str = ".pi-practice-staging-";
+/// Inside a staging directory: who owns it (`pid start-time`).
+const OWNER_FILE: &str = ".pi-practice-owner";
+/// Inside an empty target being filled: the one run allowed to fill it.
+pub const CLAIM_FILE: &str = ".pi-practice-filling";
+
+/// Set to a signal number by the binary's signal handlers; 0 means "carry on".
+pub type Interrupt = AtomicUsize;
 
 #[derive(Debug)]
 pub enum WriteError {
     TargetIsFile(PathBuf),
+    /// A symlink, device, FIFO or socket: `kind` names it.
+    TargetIsSpecial {
+        path: PathBuf,
+        kind: &'static str,
+    },
     TargetNotEmpty(PathBuf),
     InsideCourseRepo {
         target: PathBuf,
         repo: PathBuf,
     },
+    /// A signal arrived before the commit point; everything was rolled back.
+    Interrupted(usize),
+    /// An OS error, reported against the user's path (never the hidden staging path).
     Io {
         action: &'static str,
         path: PathBuf,
@@ -34,31 +52,79 @@ pub enum WriteError {
     },
 }
 
+/// A path as one line: control characters (a newline in a name) are escaped.
+pub fn shown(path: &Path) -> String {
+    path.display().to_string().escape_debug().to_string()
+}
+
+/// The OS's reason in Chinese where we know it, its own words after.
+fn reason(error: &io::Error) -> String {
+    let chinese = match error.kind() {
+        io::ErrorKind::PermissionDenied => "权限不足",
+        io::ErrorKind::StorageFull => "磁盘空间不足",
+        io::ErrorKind::ReadOnlyFilesystem => "文件系统只读",
+        io::ErrorKind::NotADirectory => "路径中有一段不是目录",
+        io::ErrorKind::InvalidFilename => "路径或文件名太长，或含有无效字符",
+        io::ErrorKind::ResourceBusy => "资源正忙",
+        io::ErrorKind::NotFound => "路径不存在",
+        io::ErrorKind::CrossesDevices => "不能跨文件系统移动",
+        _ => "系统错误",
+    };
+    format!("{chinese}（{error}）")
+}
+
 impl fmt::Display for WriteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WriteError::TargetIsFile(path) => {
-                write!(f, "目标 {} 是一个文件，不是目录；请换一个新目录", path.display())
+                write!(
+                    f,
+                    "目标 {} 是一个文件，不是目录；请换一个新目录",
+                    shown(path)
+                )
+            }
+            WriteError::TargetIsSpecial { path, kind } => {
+                write!(f, "目标 {} 是{kind}，不是目录；请换一个新目录", shown(path))
             }
             WriteError::TargetNotEmpty(path) => write!(
                 f,
                 "目标目录 {} 已存在且不为空；为避免覆盖你的文件，请指定一个新目录或空目录",
-                path.display()
+                shown(path)
             ),
-            WriteError::InsideCourseRepo { target, repo } => write!(
-                f,
-                "目标 {} 位于课程仓库 {} 内；练习目录必须独立，请放到仓库之外，例如 ../pi-practice-06",
-                target.display(),
-                repo.display()
-            ),
-            WriteError::Io { action, path, source } => {
-                write!(f, "{action} {} 失败：{source}", path.display())
+            WriteError::InsideCourseRepo { target, repo } => {
+                let outside = repo
+                    .parent()
+                    .map(|parent| parent.join("pi-practice-NN"))
+                    .unwrap_or_else(|| PathBuf::from("/tmp/pi-practice-NN"));
+                write!(
+                    f,
+                    "目标 {} 位于课程仓库 {} 内；练习目录必须独立，请放到仓库之外，例如 {}",
+                    shown(target),
+                    shown(repo),
+                    shown(&outside)
+                )
             }
+            WriteError::Interrupted(_) => write!(f, "已中断：没有留下任何写了一半的文件"),
+            WriteError::Io {
+                action,
+                path,
+                source,
+            } => write!(f, "{action} {} 失败：{}", shown(path), reason(source)),
         }
     }
 }
 
 impl std::error::Error for WriteError {}
+
+impl WriteError {
+    /// The conventional exit status of a run ended by this error: 128 + signal, or 2.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            WriteError::Interrupted(signal) => 128u8.saturating_add(*signal as u8),
+            _ => 2,
+        }
+    }
+}
 
 fn io_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> WriteError + 'a {
     move |source| WriteError::Io {
@@ -105,90 +171,287 @@ pub fn enclosing_course_repo(path: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-/// Refuses targets that are files, non-empty directories, or inside a course checkout.
-pub fn check_target(target: &Path) -> Result<(), WriteError> {
+/// What is at the target now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetState {
+    Missing,
+    EmptyDir,
+}
+
+/// Refuses targets that are files, special files, non-empty directories, or inside a course
+/// checkout.
+pub fn check_target(target: &Path) -> Result<TargetState, WriteError> {
     if let Some(repo) = enclosing_course_repo(target) {
         return Err(WriteError::InsideCourseRepo {
             target: target.to_path_buf(),
             repo,
         });
     }
-    match fs::symlink_metadata(target) {
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(WriteError::Io {
-            action: "读取",
-            path: target.to_path_buf(),
-            source: error,
-        }),
-        Ok(meta) if meta.is_dir() => {
-            let mut entries = fs::read_dir(target).map_err(io_error("读取目录", target))?;
-            if entries.next().is_some() {
-                Err(WriteError::TargetNotEmpty(target.to_path_buf()))
-            } else {
-                Ok(())
-            }
-        }
-        Ok(_) => Err(WriteError::TargetIsFile(target.to_path_buf())),
+    let meta = match fs::symlink_metadata(target) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(TargetState::Missing),
+        Err(error) => return Err(io_error("读取", target)(error)),
+        Ok(meta) => meta,
+    };
+    let file_type = meta.file_type();
+    if file_type.is_dir() {
+        let mut entries = fs::read_dir(target).map_err(io_error("读取目录", target))?;
+        return match entries.next() {
+            None => Ok(TargetState::EmptyDir),
+            Some(_) => Err(WriteError::TargetNotEmpty(target.to_path_buf())),
+        };
+    }
+    if file_type.is_file() {
+        return Err(WriteError::TargetIsFile(target.to_path_buf()));
+    }
+    let kind = if file_type.is_symlink() {
+        "一个符号链接"
+    } else {
+        special_kind(&file_type)
+    };
+    Err(WriteError::TargetIsSpecial {
+        path: target.to_path_buf(),
+        kind,
+    })
+}
+
+#[cfg(unix)]
+fn special_kind(file_type: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_fifo() {
+        "一个命名管道（FIFO）"
+    } else if file_type.is_socket() {
+        "一个套接字"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "一个设备文件"
+    } else {
+        "一个特殊文件"
     }
 }
 
-/// Writes `snapshot` as a brand-new directory at `target` (missing or empty), atomically.
-pub fn write_new_workspace(snapshot: &Snapshot, target: &Path) -> Result<PathBuf, WriteError> {
+#[cfg(not(unix))]
+fn special_kind(_file_type: &fs::FileType) -> &'static str {
+    "一个特殊文件"
+}
+
+/// Directories this run creates above the target; removed again (if still empty) unless the
+/// run commits.
+struct CreatedParents {
+    dirs: Vec<PathBuf>,
+    keep: bool,
+}
+
+impl CreatedParents {
+    fn create(parent: &Path) -> Result<Self, WriteError> {
+        let mut missing: Vec<PathBuf> = parent
+            .ancestors()
+            .take_while(|dir| fs::symlink_metadata(dir).is_err())
+            .map(Path::to_path_buf)
+            .collect();
+        missing.reverse();
+        let mut created = CreatedParents {
+            dirs: Vec::new(),
+            keep: false,
+        };
+        for dir in missing {
+            match fs::create_dir(&dir) {
+                Ok(()) => created.dirs.push(dir),
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(error) => return Err(io_error("创建目录", &dir)(error)),
+            }
+        }
+        Ok(created)
+    }
+}
+
+impl Drop for CreatedParents {
+    fn drop(&mut self) {
+        if !self.keep {
+            for dir in self.dirs.iter().rev() {
+                // remove_dir refuses a non-empty directory: someone else's files stay.
+                let _ = fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
+fn interrupted(interrupt: &Interrupt) -> Result<(), WriteError> {
+    match interrupt.load(Ordering::SeqCst) {
+        0 => Ok(()),
+        signal => Err(WriteError::Interrupted(signal)),
+    }
+}
+
+/// `pid start-time` of this process, when the platform lets us prove it later.
+fn owner_stamp() -> Option<String> {
+    let pid = std::process::id();
+    start_time(pid).map(|start| format!("{pid} {start}"))
+}
+
+/// A process's start time in clock ticks since boot (Linux `/proc/<pid>/stat`, field 22).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the owner recorded in a staging directory is provably gone.
+fn owner_is_gone(stamp: &str) -> bool {
+    let mut parts = stamp.split_whitespace();
+    let (Some(pid), Some(start)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+        return false;
+    };
+    // Only where /proc works for us at all is "missing" a proof of death.
+    start_time(std::process::id()).is_some() && start_time(pid) != Some(start)
+}
+
+/// Removes staging directories beside the target whose owner run is provably dead.
+fn sweep_stale_staging(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with(STAGING_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let owned =
+            fs::read_to_string(path.join(OWNER_FILE)).is_ok_and(|stamp| owner_is_gone(&stamp));
+        if owned {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
+}
+
+fn slow_write_pause() -> Option<Duration> {
+    std::env::var(SLOW_WRITE_ENV)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .map(Duration::from_millis)
+}
+
+/// Writes `snapshot` as a complete workspace at `target` (missing or an empty directory).
+/// On error or interrupt, nothing the run created remains.
+pub fn write_new_workspace(
+    snapshot: &Snapshot,
+    target: &Path,
+    interrupt: &Interrupt,
+) -> Result<PathBuf, WriteError> {
     let target = absolute(target).map_err(io_error("解析路径", target))?;
-    check_target(&target)?;
+    let state = check_target(&target)?;
     let parent = target.parent().unwrap_or(Path::new("/")).to_path_buf();
-    fs::create_dir_all(&parent).map_err(io_error("创建目录", &parent))?;
+    let mut parents = CreatedParents::create(&parent)?;
+    sweep_stale_staging(&parent);
 
     let staging = tempfile::Builder::new()
         .prefix(STAGING_PREFIX)
         .tempdir_in(&parent)
-        .map_err(io_error("创建临时目录于", &parent))?;
-    let pause = std::env::var(SLOW_WRITE_ENV)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .map(Duration::from_millis);
+        .map_err(io_error("在此目录中创建文件", &parent))?;
+    let owner = staging.path().join(OWNER_FILE);
+    if let Some(stamp) = owner_stamp() {
+        fs::write(&owner, stamp).map_err(io_error("写入", &target))?;
+    }
+    let pause = slow_write_pause();
     for (relative, bytes) in snapshot {
+        interrupted(interrupt)?;
         let path = staging.path().join(relative.as_str());
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(io_error("创建目录", dir))?;
+            fs::create_dir_all(dir).map_err(io_error("写入", &target))?;
         }
-        fs::write(&path, bytes).map_err(io_error("写入", &path))?;
+        fs::write(&path, bytes).map_err(io_error("写入", &target))?;
         if let Some(pause) = pause {
             std::thread::sleep(pause);
         }
     }
-    make_world_readable(staging.path())?;
+    interrupted(interrupt)?;
+    let _ = fs::remove_file(&owner);
 
-    match fs::rename(staging.path(), &target) {
-        Ok(()) => {
-            // The staging path is gone; dropping the guard only finds nothing to delete.
-            drop(staging);
-            Ok(target)
+    match state {
+        TargetState::Missing => {
+            make_world_readable(staging.path(), &target)?;
+            fs::rename(staging.path(), &target).map_err(|error| match error.kind() {
+                // Someone else filled the target first (a lost race).
+                io::ErrorKind::DirectoryNotEmpty | io::ErrorKind::AlreadyExists => {
+                    WriteError::TargetNotEmpty(target.clone())
+                }
+                io::ErrorKind::NotADirectory => WriteError::TargetIsFile(target.clone()),
+                _ => io_error("移动到", &target)(error),
+            })?;
+            // The staging path is gone; dropping the guard finds nothing to delete.
         }
-        Err(error) => Err(match error.raw_os_error() {
-            // ENOTEMPTY / EEXIST: someone else filled the target first (lost race).
-            Some(39) | Some(17) => WriteError::TargetNotEmpty(target),
-            // ENOTDIR: a file appeared at the target meanwhile.
-            Some(20) => WriteError::TargetIsFile(target),
-            _ => WriteError::Io {
-                action: "移动到",
-                path: target,
-                source: error,
-            },
-        }),
+        TargetState::EmptyDir => fill_in_place(staging.path(), &target, interrupt, pause)?,
     }
+    parents.keep = true;
+    Ok(target)
 }
 
-/// tempfile creates staging directories with mode 0700; a workspace should look like any
+/// Moves the staged entries into an existing empty directory, keeping its inode, mode and
+/// owner. A claim file created with `O_EXCL` admits exactly one run.
+fn fill_in_place(
+    staging: &Path,
+    target: &Path,
+    interrupt: &Interrupt,
+    pause: Option<Duration>,
+) -> Result<(), WriteError> {
+    let claim = target.join(CLAIM_FILE);
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&claim)
+    {
+        Ok(_) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+            return Err(WriteError::TargetNotEmpty(target.to_path_buf()))
+        }
+        Err(error) => return Err(io_error("写入", target)(error)),
+    }
+    // Files may have appeared between the emptiness check and the claim.
+    let others = fs::read_dir(target)
+        .map_err(io_error("读取目录", target))?
+        .flatten()
+        .any(|entry| entry.file_name() != CLAIM_FILE);
+    if others {
+        let _ = fs::remove_file(&claim);
+        return Err(WriteError::TargetNotEmpty(target.to_path_buf()));
+    }
+    let mut moved: Vec<PathBuf> = Vec::new();
+    let result = (|| {
+        let entries = fs::read_dir(staging).map_err(io_error("读取", target))?;
+        for entry in entries {
+            interrupted(interrupt)?;
+            let entry = entry.map_err(io_error("读取", target))?;
+            let destination = target.join(entry.file_name());
+            fs::rename(entry.path(), &destination).map_err(io_error("写入", target))?;
+            moved.push(destination);
+            if let Some(pause) = pause {
+                std::thread::sleep(pause);
+            }
+        }
+        interrupted(interrupt)
+    })();
+    if result.is_err() {
+        for path in moved.iter().rev() {
+            let _ = fs::remove_dir_all(path).or_else(|_| fs::remove_file(path));
+        }
+    }
+    let _ = fs::remove_file(&claim);
+    result
+}
+
+/// tempfile creates staging directories with mode 0700; a new workspace should look like any
 /// directory the user made.
 #[cfg(unix)]
-fn make_world_readable(dir: &Path) -> Result<(), WriteError> {
+fn make_world_readable(dir: &Path, target: &Path) -> Result<(), WriteError> {
     use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).map_err(io_error("设置权限", dir))
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+        .map_err(io_error("设置权限", target))
 }
 
 #[cfg(not(unix))]
-fn make_world_readable(_dir: &Path) -> Result<(), WriteError> {
+fn make_world_readable(_dir: &Path, _target: &Path) -> Result<(), WriteError> {
     Ok(())
 }
 

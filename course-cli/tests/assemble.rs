@@ -472,3 +472,133 @@ fn malformed_manifests_are_refused_with_a_reason() {
         "unknown keys are refused: {error}"
     );
 }
+
+/// A guide that meets the learning contract for chapter 02 of the fixture.
+const GOOD_GUIDE: &str = "# 第 02 章　第二章
+
+## 重建卡片
+
+- **模式：** 重建
+- **起终点：** 起点是第 01 章的参考实现，终点是本章两组测试全绿。
+- **教学文件：** `pi-course/src/two.rs`
+- **学习脚手架：** 骨架里每个入口都会 panic。
+- **动手前只需知道：** `first()` 返回 42。
+- **第一次红灯：** `Lab 2.1 first 尚未实现`
+- **第一步：** 运行 `cargo xtask test 02 --group alpha`，应看到 0/2。
+- **聚焦测试：** `pi-course/tests/02_two.rs`
+- **命令：** `cargo xtask test 02`（完成时 3/3）；新目录用 `practice 02 <新目录>`。
+- **通过证据：** 两组都显示 ✓。先不看答案。
+
+### Lab 2.1 first
+
+**目标：** 42。
+**文件：** `pi-course/src/two.rs`
+**动作：** 写 `first()`。
+**运行：** `cargo xtask test 02 --group alpha`
+**预期：** 2/2 ✓
+
+### Lab 2.2 second
+
+**目标：** 84。
+**文件：** `pi-course/src/two.rs`
+**动作：** 写 `second()`。
+**运行：** `cargo xtask test 02 --group beta`
+**预期：** 1/1 ✓
+
+## 检查点
+
+> **预测：** 第一次运行哪个组先红？
+> **答案：** alpha，以 Lab 2.1 失败。
+
+## 与上游 pi 的对照
+
+上游没有这一章。
+
+## 本章验收
+
+`cargo xtask test 02` 显示 3/3。
+
+## 测试没有证明什么
+
+性能。
+
+## 小结
+
+- 写了两个函数。
+";
+
+fn guide_problems(guide: &str) -> Vec<String> {
+    let data = fixture();
+    let catalog = Catalog::from_files(&data).unwrap();
+    let two = catalog.get(id("02")).unwrap();
+    let reference = assemble::reference(&catalog, &data, two).unwrap();
+    let practice = assemble::practice(&catalog, &data, two).unwrap();
+    let first_reds = vec!["Lab 2.1 first 尚未实现".to_string()];
+    course_cli::guide::check(&catalog, two, guide, &first_reds, &reference, &practice)
+}
+
+#[test]
+fn a_guide_that_meets_the_contract_passes() {
+    assert_eq!(guide_problems(GOOD_GUIDE), Vec::<String>::new());
+}
+
+#[test]
+fn a_broken_guide_fails_the_contract_with_a_reason() {
+    let cases = [
+        (
+            GOOD_GUIDE.replace("- **第一次红灯：** `Lab 2.1 first 尚未实现`\n", ""),
+            "卡片缺少 **第一次红灯：**",
+        ),
+        (
+            GOOD_GUIDE.replace("`Lab 2.1 first 尚未实现`", "`Lab 2.1 something 尚未实现`"),
+            "**第一次红灯：** 应写出 Lab 2.1 的真实信息",
+        ),
+        (
+            GOOD_GUIDE.replace("**预期：** 1/1 ✓", "**预期：** 2/2 ✓"),
+            "Lab 2.2 卡片的 **预期：** 应写明 1/1",
+        ),
+        (
+            GOOD_GUIDE.replace("（完成时 3/3）", "（完成时 4/4）"),
+            "4/4 与清单不符",
+        ),
+        (
+            GOOD_GUIDE.replace("--group beta", "--group gamma"),
+            "第 02 章没有测试组 `gamma`",
+        ),
+        (
+            GOOD_GUIDE.replace("## 小结", "## 总结"),
+            "缺少 `## 小结` 一节",
+        ),
+        (
+            GOOD_GUIDE.replace("> **答案：**", "> 答案："),
+            "预测：** 没有跟着 **答案：**",
+        ),
+        (GOOD_GUIDE.replace("先不看答案", ""), "先不看答案"),
+        (
+            GOOD_GUIDE.replace("### Lab 2.2 second", "### Lab 2.3 second"),
+            "Lab 卡片应依次是",
+        ),
+        (
+            GOOD_GUIDE.replace("上游没有这一章。", "见 Lab 2.9。"),
+            "提到的 Lab 2.9 不存在",
+        ),
+        (
+            GOOD_GUIDE.replace(
+                "`practice 02 <新目录>`",
+                "`cargo run -p course-cli --bin practice -- 02 x`",
+            ),
+            "在练习目录里无法运行",
+        ),
+        (
+            GOOD_GUIDE.replace("写 `second()`", "写 `helper()`"),
+            "练习目录里没有 `helper`",
+        ),
+    ];
+    for (guide, expected) in cases {
+        let problems = guide_problems(&guide);
+        assert!(
+            problems.iter().any(|problem| problem.contains(expected)),
+            "expected a problem containing `{expected}`, got {problems:?}"
+        );
+    }
+}

@@ -287,7 +287,223 @@ fn an_interrupted_write_leaves_no_workspace_at_the_target() {
         staging.exists(),
         "the kill happened before the rename, as intended"
     );
-    // The target is still free: a fresh run succeeds.
+    // The target is still free: a fresh run succeeds and sweeps the dead run's staging dir.
     let output = practice(&[&id, target.to_str().unwrap()], scratch.path());
     assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        entries(scratch.path()),
+        std::slice::from_ref(&target),
+        "the staging dir of a provably dead run is removed"
+    );
+}
+
+/// Starts a slow `practice` run and sends `signal` once its staging dir has files in it.
+fn interrupt_midway(args: &[&str], cwd: &Path, watch: &Path, signal: &str) -> Output {
+    let child = Command::new(BIN)
+        .args(args)
+        .env(SLOW_WRITE_ENV, "20")
+        .current_dir(cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let busy = walkdir_has_staging(watch);
+        if busy {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "staging directory never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait_with_output().unwrap()
+}
+
+fn walkdir_has_staging(dir: &Path) -> bool {
+    let Ok(read) = fs::read_dir(dir) else {
+        return false;
+    };
+    read.flatten().any(|entry| {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        (name.starts_with(STAGING_PREFIX)
+            && fs::read_dir(entry.path()).is_ok_and(|mut d| d.nth(1).is_some()))
+            || (entry.path().is_dir() && walkdir_has_staging(&entry.path()))
+    })
+}
+
+#[cfg(unix)]
+#[test]
+fn sigint_and_sigterm_roll_back_staging_and_created_parents() {
+    let id = rebuild_chapter();
+    for (signal, code) in [("-INT", 130), ("-TERM", 143), ("-HUP", 129)] {
+        let scratch = tempfile::tempdir().unwrap();
+        let target = scratch.path().join("a/b/ws");
+        let output = interrupt_midway(
+            &[&id, target.to_str().unwrap()],
+            scratch.path(),
+            scratch.path(),
+            signal,
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{signal}: exit 128 + signal; {}",
+            stderr(&output)
+        );
+        assert_refused(&output, "已中断");
+        assert!(
+            entries(scratch.path()).is_empty(),
+            "{signal}: no staging dir and no created parent remain"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn an_empty_directory_is_filled_in_place_and_emptied_again_on_interrupt() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let id = rebuild_chapter();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("ws");
+    fs::create_dir(&target).unwrap();
+    fs::set_permissions(&target, fs::Permissions::from_mode(0o750)).unwrap();
+    let before = fs::metadata(&target).unwrap();
+
+    let output = interrupt_midway(&[&id, "."], &target, scratch.path(), "-INT");
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    assert!(
+        entries(&target).is_empty(),
+        "interrupted: the directory is empty again"
+    );
+    assert_eq!(
+        entries(scratch.path()),
+        std::slice::from_ref(&target),
+        "no staging dir left beside it"
+    );
+
+    // `mkdir ws && cd ws && practice 06 .`: filled where it stands.
+    let output = practice(&[&id, "."], &target);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let after = fs::metadata(&target).unwrap();
+    assert_eq!(
+        after.ino(),
+        before.ino(),
+        "same inode: a shell inside it stays valid"
+    );
+    assert_eq!(after.mode() & 0o777, 0o750, "the directory keeps its mode");
+    assert_eq!(after.uid(), before.uid(), "and its owner");
+    assert!(target.join(STAMP_FILE).is_file());
+    assert!(
+        !target.join(course_cli::write::CLAIM_FILE).exists(),
+        "the claim file is gone"
+    );
+    assert_eq!(entries(scratch.path()), [target]);
+}
+
+#[cfg(unix)]
+#[test]
+fn output_errors_never_panic() {
+    // A pipe whose reader is already gone: the first write fails with EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(BIN)
+        .arg("--list")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "a closed pipe ends quietly");
+    assert_eq!(stderr(&output), "", "no panic, no message");
+
+    if Path::new("/dev/full").exists() {
+        let full = fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let output = Command::new(BIN)
+            .arg("--list")
+            .stdout(full)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_refused(&output, "无法写出输出");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn special_targets_and_odd_inputs_get_one_precise_line() {
+    let id = rebuild_chapter();
+    let scratch = tempfile::tempdir().unwrap();
+    let link = scratch.path().join("link");
+    std::os::unix::fs::symlink(scratch.path(), &link).unwrap();
+    assert_refused(
+        &practice(&[&id, link.to_str().unwrap()], scratch.path()),
+        "符号链接",
+    );
+    assert_refused(&practice(&[&id, "/dev/null"], scratch.path()), "设备文件");
+    let fifo = scratch.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    assert_refused(
+        &practice(&[&id, fifo.to_str().unwrap()], scratch.path()),
+        "命名管道",
+    );
+
+    let newline = scratch.path().join("a\nb");
+    fs::write(&newline, "mine").unwrap();
+    assert_refused(
+        &practice(&[&id, newline.to_str().unwrap()], scratch.path()),
+        "a\\nb",
+    );
+
+    let huge = "9".repeat(100_000);
+    let output = practice(&[&huge], scratch.path());
+    assert_refused(&output, "格式无效");
+    assert!(
+        stderr(&output).chars().count() < 200,
+        "the id is not echoed in full"
+    );
+
+    let repo = scratch.path().join("course");
+    fs::create_dir_all(repo.join("course-cli")).unwrap();
+    fs::create_dir_all(repo.join("chapters")).unwrap();
+    fs::write(repo.join("course-cli/Cargo.toml"), "").unwrap();
+    let output = practice(&[&id], &repo.join("chapters"));
+    assert_refused(&output, "课程仓库");
+    let suggestion = scratch.path().join("pi-practice-NN");
+    assert!(
+        stderr(&output).contains(&suggestion.display().to_string()),
+        "suggests a path outside the repo: {}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn version_and_help_are_chinese_and_succeed() {
+    for flag in ["--version", "-V"] {
+        let output = practice(&[flag], Path::new("."));
+        assert!(output.status.success(), "{flag}");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(stdout.starts_with("practice "), "{flag}: {stdout}");
+    }
+    let output = practice(&["--help"], Path::new("."));
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("用法：practice <章节> [目录]"), "{stdout}");
+    assert!(
+        !stdout.contains("Usage") && !stdout.contains("[OPTIONS]"),
+        "{stdout}"
+    );
 }

@@ -138,7 +138,11 @@ fn snapshot(input: &str, dir: &Path, solved: Option<&str>) -> Result<bool, Failu
             )
         }
     };
-    let written = course_cli::write::write_new_workspace(&snapshot, dir)?;
+    let written = course_cli::write::write_new_workspace(
+        &snapshot,
+        dir,
+        &course_cli::write::Interrupt::new(0),
+    )?;
     println!("已写入第 {} 章{what}：{}", chapter.id, written.display());
     println!("  在其中运行 cargo xtask test {} 查看各组结果", chapter.id);
     Ok(true)

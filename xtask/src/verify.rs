@@ -15,9 +15,13 @@ use serde::Serialize;
 
 use course_cli::assemble::{self, held_out_target, Solved};
 use course_cli::catalog::{Chapter, Mode};
+use course_cli::guide;
 use course_cli::runner::{CargoRunner, GroupReport, LEARNER_PACKAGE};
 
 use crate::checkout::{Course, Failure};
+
+/// The tutor protocol every workspace carries; its commands and counts must be real too.
+const TUTOR_GUIDE: &str = "chapters/_crate/AGENT_GUIDE.md";
 
 /// A rebuild chapter's catalogue must hold at least this many realistic wrong implementations.
 pub const MIN_MISTAKES: usize = 12;
@@ -56,6 +60,12 @@ struct Mutations {
     table: Vec<MistakeRow>,
 }
 
+#[derive(Serialize, Default)]
+struct GuideReport {
+    ok: bool,
+    problems: Vec<String>,
+}
+
 #[derive(Serialize)]
 struct ChapterReport {
     id: String,
@@ -70,6 +80,7 @@ struct ChapterReport {
     practice_command: bool,
     answer_free: bool,
     mutations: Mutations,
+    guide: GuideReport,
     /// Why any check failed, one line each.
     problems: Vec<String>,
 }
@@ -101,12 +112,21 @@ pub fn run(selected: &[String], json: bool) -> Result<bool, Failure> {
     let started = Instant::now();
     let out = Out { json };
     let course = Course::load()?;
-    let tree_problems: Vec<String> = course
+    let mut tree_problems: Vec<String> = course
         .catalog
         .check_tree(&course.data, true)
         .iter()
         .map(ToString::to_string)
         .collect();
+    if let Some(bytes) = course.data.get(TUTOR_GUIDE) {
+        let mut problems = Vec::new();
+        guide::check_commands(
+            &course.catalog,
+            &String::from_utf8_lossy(bytes),
+            &mut problems,
+        );
+        tree_problems.extend(problems.into_iter().map(|p| format!("{TUTOR_GUIDE}：{p}")));
+    }
     let chapters: Vec<&Chapter> = if selected.is_empty() {
         course.catalog.chapters().iter().collect()
     } else {
@@ -158,13 +178,13 @@ fn mark(ok: bool) -> &'static str {
 
 fn print_summary(report: &Report) {
     println!("\n== verify 汇总");
-    println!("章节  参考   保留   lint  Lab 证明  无答案  错误实现（公开/全部/目录）  用时");
+    println!("章节  参考   保留   lint  Lab 证明  无答案  错误实现（公开/全部/目录）  指南  用时");
     for chapter in &report.chapters {
         let labs_ok = chapter.labs.iter().all(|lab| lab.ok)
             && chapter.carried_green
             && chapter.practice_command;
         println!(
-            "{:<5} {} {:>2}/{:<2} {} {:>2}/{:<2} {}     {} {:<6}  {}       {:>2}/{:>2}/{:<2} {}            {:.1}s",
+            "{:<5} {} {:>2}/{:<2} {} {:>2}/{:<2} {}     {} {:<6}  {}       {:>2}/{:>2}/{:<2} {}            {}     {:.1}s",
             chapter.id,
             mark(chapter.reference.passed == chapter.reference.total && chapter.reference.total > 0),
             chapter.reference.passed,
@@ -180,6 +200,7 @@ fn print_summary(report: &Report) {
             chapter.mutations.killed,
             chapter.mutations.total,
             mark(chapter.mutations.killed == chapter.mutations.total),
+            mark(chapter.guide.ok),
             chapter.seconds
         );
     }
@@ -315,6 +336,13 @@ fn verify_chapter(course: &Course, chapter: &Chapter, out: &Out) -> Result<Chapt
     }
 
     let mutations = check_mistakes(course, chapter, out, &mut problems)?;
+
+    let guide = check_guide(course, chapter, &reference, &practice)?;
+    out.say(&format!(
+        "  {} 指南       学习契约：卡片、Lab 卡片、命令与计数",
+        mark(guide.ok)
+    ));
+    problems.extend(guide.problems.iter().map(|p| format!("指南：{p}")));
     for problem in &problems {
         out.say(&format!("  ✗ {problem}"));
     }
@@ -331,6 +359,39 @@ fn verify_chapter(course: &Course, chapter: &Chapter, out: &Out) -> Result<Chapt
         practice_command,
         answer_free,
         mutations,
+        guide,
+        problems,
+    })
+}
+
+/// The chapter guide against the learning contract.
+fn check_guide(
+    course: &Course,
+    chapter: &Chapter,
+    reference: &course_cli::assemble::Snapshot,
+    practice: &course_cli::assemble::Snapshot,
+) -> Result<GuideReport, Failure> {
+    let text = course
+        .data
+        .get(chapter.guide().as_str())
+        .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+        .unwrap_or_default();
+    let first_reds = match chapter.labs().next() {
+        Some((lab, _)) => course_cli::learning::stub_messages(&course.data, chapter)?
+            .remove(&lab)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let problems = guide::check(
+        &course.catalog,
+        chapter,
+        &text,
+        &first_reds,
+        reference,
+        practice,
+    );
+    Ok(GuideReport {
+        ok: problems.is_empty(),
         problems,
     })
 }

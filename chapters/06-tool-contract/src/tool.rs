@@ -110,7 +110,8 @@ pub fn optional_string() -> Validator<Option<String>> {
     // endregion
 }
 
-/// An optional integer ≥ 1. `0`, `1.5`, `-3` and `"1"` are refused.
+/// An optional integer ≥ 1, with JSON Schema's meaning of `integer`: `2` and `2.0` are the
+/// same number and both accepted; `0`, `1.5`, `-3` and `"1"` are refused.
 pub fn optional_positive_integer() -> Validator<Option<u64>> {
     // region: Lab 6.1 optional_positive_integer
     Validator::new(
@@ -118,10 +119,20 @@ pub fn optional_positive_integer() -> Validator<Option<u64>> {
         true,
         |value| match value {
             None => Ok(None),
-            Some(number) => match number.as_u64() {
-                Some(integer) if integer >= 1 => Ok(Some(integer)),
-                _ => Err(ValidationError(MUST_BE_POSITIVE_INTEGER.into())),
-            },
+            Some(Value::Number(number)) => {
+                // serde_json keeps `2.0` as a float; a float without a fraction is an integer.
+                let integer = number.as_u64().or_else(|| {
+                    number
+                        .as_f64()
+                        .filter(|float| float.fract() == 0.0 && *float <= u64::MAX as f64)
+                        .map(|float| float as u64)
+                });
+                match integer {
+                    Some(integer) if integer >= 1 => Ok(Some(integer)),
+                    _ => Err(ValidationError(MUST_BE_POSITIVE_INTEGER.into())),
+                }
+            }
+            Some(_) => Err(ValidationError(MUST_BE_POSITIVE_INTEGER.into())),
         },
     )
     // endregion

@@ -104,7 +104,8 @@ pub fn optional_string() -> Validator<Option<String>> {
     panic!("Lab 6.1 optional_string 尚未实现")
 }
 
-/// An optional integer ≥ 1. `0`, `1.5`, `-3` and `"1"` are refused.
+/// An optional integer ≥ 1, with JSON Schema's meaning of `integer`: `2` and `2.0` are the
+/// same number and both accepted; `0`, `1.5`, `-3` and `"1"` are refused.
 pub fn optional_positive_integer() -> Validator<Option<u64>> {
     panic!("Lab 6.1 optional_positive_integer 尚未实现")
 }
