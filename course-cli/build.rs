@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Data directories, relative to the repository root.
 /// Keep in step with `files::DATA_DIRS` (the embedded-data test compares the two sets).
-const DATA_DIRS: &[&str] = &["chapters", "tests", "course-cli/runner"];
+const DATA_DIRS: &[&str] = &["chapters", "tests", "course-cli/runner", "course-cli/watch"];
 /// Never embedded: instructor-only material.
 const EXCLUDED: &[&str] = &["tests/held-out"];
 

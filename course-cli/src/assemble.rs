@@ -19,9 +19,12 @@ use crate::paths::{CrateFile, RepoPath, WorkspacePath};
 use crate::regions::RegionSource;
 
 pub const COURSE_VERSION: &str = env!("CARGO_PKG_VERSION");
-/// The runner crate in the course repository, and where every workspace carries it.
-pub const RUNNER_SOURCE_DIR: &str = "course-cli/runner";
-pub const RUNNER_WORKSPACE_DIR: &str = "xtask/runner";
+/// Crates of the course repository that every workspace carries: (source dir, workspace dir).
+/// They are siblings in both places, so their relative path dependencies hold in both.
+pub const CARRIED_CRATES: &[(&str, &str)] = &[
+    ("course-cli/runner", "xtask/runner"),
+    ("course-cli/watch", "xtask/watch"),
+];
 
 /// Workspace-relative path → content.
 pub type Snapshot = BTreeMap<WorkspacePath, Vec<u8>>;
@@ -83,8 +86,8 @@ pub fn region_source(data: &FileSet, path: &RepoPath) -> Result<RegionSource, As
     })
 }
 
-/// The base workspace: root manifest, lock file, cargo alias, the practice xtask and its
-/// runner crate, the empty learner crate.
+/// The base workspace: root manifest, lock file, cargo alias, the practice xtask with its
+/// runner and watch crates, the empty learner crate.
 fn base(data: &FileSet) -> Result<Snapshot, AssembleError> {
     let mut snapshot: Snapshot = under(data, BASE_DIR)
         .map(|(path, bytes)| {
@@ -100,11 +103,13 @@ fn base(data: &FileSet) -> Result<Snapshot, AssembleError> {
     if snapshot.is_empty() {
         return Err(AssembleError::NoBase);
     }
-    for (path, bytes) in under(data, RUNNER_SOURCE_DIR) {
-        snapshot.insert(
-            WorkspacePath::new(format!("{RUNNER_WORKSPACE_DIR}/{path}")),
-            bytes.to_vec(),
-        );
+    for (source, destination) in CARRIED_CRATES {
+        for (path, bytes) in under(data, source) {
+            snapshot.insert(
+                WorkspacePath::new(format!("{destination}/{path}")),
+                bytes.to_vec(),
+            );
+        }
     }
     Ok(snapshot)
 }

@@ -10,10 +10,10 @@ use crate::paths::RepoPath;
 /// Repository-relative path → content.
 pub type FileSet = BTreeMap<RepoPath, Vec<u8>>;
 
-/// What makes up the course: the chapters with their manifest, the tests, and the runner
-/// crate that every workspace carries. `skeletons/` is generated from `chapters/` and so is
+/// What makes up the course: the chapters with their manifest, the tests, and the runner and
+/// watch crates that every workspace carries. `skeletons/` is generated from `chapters/` and so is
 /// not course data.
-pub const DATA_DIRS: &[&str] = &["chapters", "tests", "course-cli/runner"];
+pub const DATA_DIRS: &[&str] = &["chapters", "tests", "course-cli/runner", "course-cli/watch"];
 
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/embedded_files.rs"));

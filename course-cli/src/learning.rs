@@ -13,6 +13,8 @@ use crate::files::FileSet;
 pub const FILE_NAME: &str = "LEARNING.md";
 /// The chapter guide, copied into the workspace so the learner can read it offline.
 pub const GUIDE_FILE_NAME: &str = "CHAPTER.md";
+/// The tutor protocol every workspace carries (from the workspace base).
+pub const TUTOR_FILE_NAME: &str = "AGENT_GUIDE.md";
 
 /// The stub messages of each Lab, in file order: what its first red can say.
 pub fn stub_messages(
@@ -77,6 +79,10 @@ pub fn render(
         "- 章节指南：{GUIDE_FILE_NAME}（与课程仓库 {} 相同）",
         chapter.guide()
     );
+    let _ = writeln!(
+        out,
+        "- 和编程助手一起学：让它先读 {TUTOR_FILE_NAME}（辅导协议；文末有一段可以直接粘贴的开场提示）"
+    );
     if !chapter.edit().is_empty() {
         let _ = writeln!(out, "- 你要编辑的文件：");
         for file in chapter.edit() {
@@ -114,7 +120,8 @@ pub fn render(
             let _ = writeln!(
                 out,
                 "\n按表格顺序一个 Lab 一个 Lab 地做：先运行命令，读第一条红色信息，再改代码。\
-                 “第一次红灯”一栏由 `cargo xtask verify` 在“之前的 Lab 都已完成”的状态下逐个证明过。"
+                 “第一次红灯”一栏由课程仓库的讲师检查（`cargo xtask verify`）在“之前的 Lab 都已完成”的状态下逐个证明过。\
+                 `cargo xtask watch` 会在你每次保存后自动重跑当前 Lab 的测试组。"
             );
         }
         Kind::Observe { .. } => {

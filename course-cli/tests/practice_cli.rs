@@ -81,11 +81,17 @@ fn writes_a_complete_workspace_into_a_new_directory() {
         ".cargo/config.toml",
         "LEARNING.md",
         "CHAPTER.md",
+        "AGENT_GUIDE.md",
         ".gitignore",
     ] {
         assert!(target.join(file).is_file(), "{file} missing");
     }
     assert!(!target.join(".git").exists());
+    let learning = fs::read_to_string(target.join("LEARNING.md")).unwrap();
+    assert!(
+        learning.contains("AGENT_GUIDE.md"),
+        "LEARNING.md points to the tutor guide"
+    );
     let stamp: Stamp = serde_json::from_slice(&fs::read(target.join(STAMP_FILE)).unwrap()).unwrap();
     assert_eq!(stamp.chapter.to_string(), id);
     // Nothing but the workspace was left beside it.

@@ -3,7 +3,6 @@
 //! Invariants: the caller's context is never mutated; every tool call in the transcript gets
 //! exactly one result (executed or skipped); results are appended in call order even though
 //! calls run concurrently and finish in any order; exactly one `TurnEnd` is emitted.
-// skeleton: #![allow(unused_imports, unused_variables, dead_code)]
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The one place that starts cargo for a chapter's tests.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::judge::GroupReport;
@@ -105,15 +105,13 @@ impl CargoRunner {
             })?],
             None => chapter.groups.iter().collect(),
         };
-        if self.show_build {
-            self.build(&chapter.target)?;
-        }
-        let listed = self.list_tests(&chapter.target)?;
+        let executable = self.build(&chapter.target)?;
+        let listed = self.list_built(&executable)?;
         let filter = match groups.as_slice() {
             [single] => Some(single.prefix()),
             _ => None,
         };
-        let outcomes = self.run_tests(&chapter.target, filter.as_deref())?;
+        let outcomes = self.run_built(&executable, filter.as_deref())?;
         Ok(groups
             .into_iter()
             .map(|spec| {
@@ -134,62 +132,75 @@ impl CargoRunner {
             .collect())
     }
 
-    /// Builds the test target with cargo's progress on the terminal.
-    pub fn build(&self, target: &str) -> Result<(), RunError> {
-        let status = self
-            .command("test")
+    /// Builds the test target and returns its executable. With `show_build`, cargo's progress
+    /// and diagnostics go to the terminal; otherwise the diagnostics are kept for the error.
+    pub fn build(&self, target: &str) -> Result<PathBuf, RunError> {
+        let mut command = self.command("test");
+        command
             .args(["--no-run", "-p", LEARNER_PACKAGE, "--test", target])
-            .stdout(Stdio::null())
-            .status()
-            .map_err(RunError::Spawn)?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(RunError::Build(String::new()))
+            .arg("--message-format=json-render-diagnostics")
+            .stdout(Stdio::piped());
+        if !self.show_build {
+            command.arg("--quiet").stderr(Stdio::piped());
         }
-    }
-
-    /// Names of every test in the target.
-    pub fn list_tests(&self, target: &str) -> Result<Vec<String>, RunError> {
-        let output = self
-            .command("test")
-            .args(["--quiet", "-p", LEARNER_PACKAGE, "--test", target])
-            .args(["--", "--list", "--format", "terse"])
-            .output()
-            .map_err(RunError::Spawn)?;
+        let output = command.output().map_err(RunError::Spawn)?;
         if !output.status.success() {
             return Err(RunError::Build(
                 String::from_utf8_lossy(&output.stderr).into_owned(),
             ));
         }
+        executable_of(&String::from_utf8_lossy(&output.stdout), target)
+            .ok_or_else(|| RunError::Build(format!("cargo 没有报告测试目标 {target} 的可执行文件")))
+    }
+
+    /// The built test binary, run the way `cargo test` runs it: from the package directory.
+    fn test_binary(&self, executable: &Path) -> Command {
+        let package = self.workspace.join(LEARNER_PACKAGE);
+        let mut command = Command::new(executable);
+        command
+            .current_dir(&package)
+            .env("CARGO_MANIFEST_DIR", &package);
+        command
+    }
+
+    fn list_built(&self, executable: &Path) -> Result<Vec<String>, RunError> {
+        let output = self
+            .test_binary(executable)
+            .args(["--list", "--format", "terse"])
+            .output()
+            .map_err(RunError::Spawn)?;
         Ok(parse_test_list(&String::from_utf8_lossy(&output.stdout)))
     }
 
-    /// Runs the target (optionally filtered) and parses every test's outcome.
+    fn run_built(
+        &self,
+        executable: &Path,
+        filter: Option<&str>,
+    ) -> Result<Vec<TestOutcome>, RunError> {
+        let mut command = self.test_binary(executable);
+        if let Some(filter) = filter {
+            command.arg(filter);
+        }
+        let output = command.output().map_err(RunError::Spawn)?;
+        Ok(parse_test_run(&String::from_utf8_lossy(&output.stdout)))
+    }
+
+    /// Builds the target and runs it (optionally filtered), parsing every test's outcome.
     pub fn run_tests(
         &self,
         target: &str,
         filter: Option<&str>,
     ) -> Result<Vec<TestOutcome>, RunError> {
-        let mut command = self.command("test");
-        command.args([
-            "-p",
-            LEARNER_PACKAGE,
-            "--test",
-            target,
-            "--no-fail-fast",
-            "--",
-        ]);
-        if let Some(filter) = filter {
-            command.arg(filter);
-        }
-        let output = command.output().map_err(RunError::Spawn)?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        if !stdout.contains("running ") {
-            return Err(RunError::Build(
-                String::from_utf8_lossy(&output.stderr).into_owned(),
-            ));
-        }
-        Ok(parse_test_run(&stdout))
+        let executable = self.build(target)?;
+        self.run_built(&executable, filter)
     }
+}
+
+/// The executable of test target `target` in cargo's JSON messages.
+fn executable_of(messages: &str, target: &str) -> Option<PathBuf> {
+    messages.lines().find_map(|line| {
+        let message: serde_json::Value = serde_json::from_str(line).ok()?;
+        let is_it = message["reason"] == "compiler-artifact" && message["target"]["name"] == target;
+        is_it.then(|| message["executable"].as_str().map(PathBuf::from))?
+    })
 }

@@ -43,9 +43,12 @@ impl TestOutcome {
     /// The test's own failure: the panic of the thread named after the test, not a panic a
     /// tool raised on purpose elsewhere (the executor catches those).
     pub fn own_panic(&self) -> Option<Panic> {
+        // A tool may panic on the test's own thread first (a current-thread runtime); the
+        // panic that failed the test is the last one on that thread.
         let panics = self.panics();
         panics
             .iter()
+            .rev()
             .find(|panic| panic.thread == self.name)
             .or_else(|| panics.first())
             .cloned()
@@ -218,6 +221,7 @@ thread 'validator::schema_is_exact' panicked at src/tool.rs:12:5:\n\
 Lab 6.1 object_schema 尚未实现\nnote: run with `RUST_BACKTRACE=1`\n\n\
 ---- executor::pairs stdout ----\n\
 thread 'tokio-runtime-worker' panicked at tests/x.rs:9:9:\nSTACK_SECRET\n\
+thread 'executor::pairs' panicked at tests/x.rs:8:9:\nfragile tool gave up\n\
 thread 'executor::pairs' (77) panicked at tests/x.rs:3:9:\n\
 assertion `left == right` failed: 未知工具的结果必须保留原调用的 id\n  left: \"a\"\n right: \"b\"\n\n\
 failures:\n    validator::schema_is_exact\n    executor::pairs\n\n\
@@ -255,7 +259,7 @@ test result: FAILED. 1 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out\n
     #[test]
     fn the_tests_own_failure_wins_over_a_tools_deliberate_panic() {
         let outcome = &parse_test_run(RUN)[2];
-        assert_eq!(outcome.panics().len(), 2);
+        assert_eq!(outcome.panics().len(), 3);
         assert_eq!(outcome.first_lab_stub(), None);
         assert_eq!(
             outcome.headline(80).as_deref(),

@@ -15,13 +15,15 @@ use crate::spec::{content_hash, ChapterTests, Stamp, LEARNER_PACKAGE, STAMP_FILE
 /// Pristine copies of the injected tests, so `restore-tests` needs no network and no course repo.
 pub const PRISTINE_DIR: &str = "xtask/pristine-tests";
 
-const USAGE: &str = "用法：cargo xtask test [章节] [--group 组名]｜cargo xtask restore-tests";
+const USAGE: &str =
+    "用法：cargo xtask test [章节] [--group 组名]｜cargo xtask watch [章节]｜cargo xtask restore-tests";
 
 const HELP: &str = "\
 在练习工作区里运行本章的验收测试，逐组显示 k/n。
 
 用法：
   cargo xtask test [章节] [--group 组名]   运行测试组（默认本工作区的章节、全部组）
+  cargo xtask watch [章节]                 保存文件后自动重跑当前 Lab 的测试组，通过后进入下一个
   cargo xtask restore-tests                把注入的测试恢复成原样（不动你的代码）
   cargo xtask --help                       显示本说明
 
@@ -36,11 +38,12 @@ enum Request {
         group: Option<String>,
     },
     RestoreTests,
+    Watch(Vec<String>),
 }
 
 /// A refusal: one Chinese line, exit 2.
 #[derive(Debug, PartialEq, Eq)]
-struct Refusal(String);
+pub struct Refusal(pub String);
 
 fn refuse<T>(message: impl Into<String>) -> Result<T, Refusal> {
     Err(Refusal(message.into()))
@@ -57,6 +60,14 @@ fn parse_args(args: &[String]) -> Result<Request, Refusal> {
         "--help" | "-h" | "help" => Ok(Request::Help),
         "restore-tests" if rest.is_empty() => Ok(Request::RestoreTests),
         "restore-tests" => refuse(format!("restore-tests 不接受参数。{USAGE}")),
+        "watch" => match rest {
+            [] => Ok(Request::Watch(Vec::new())),
+            [chapter] => match chapter.parse::<ChapterId>() {
+                Ok(id) => Ok(Request::Watch(vec![id.to_string()])),
+                Err(error) => refuse(error.to_string()),
+            },
+            _ => refuse(format!("watch 只接受一个章节参数。{USAGE}")),
+        },
         "test" => {
             let mut chapter = None;
             let mut group = None;
@@ -118,7 +129,8 @@ fn load_stamp(root: &Path) -> Result<Stamp, Refusal> {
     Ok(stamp)
 }
 
-fn locate() -> Result<(PathBuf, Stamp), Refusal> {
+/// The workspace around the current directory and its stamp.
+pub fn locate() -> Result<(PathBuf, Stamp), Refusal> {
     let cwd = std::env::current_dir().map_err(|_| {
         Refusal("当前目录已不存在（可能被删除或替换了）；请重新 cd 进入练习工作区".to_string())
     })?;
@@ -150,6 +162,10 @@ fn run(request: Request) -> Result<Exit, Refusal> {
         Request::Help => {
             say(HELP);
             Ok(Exit::Green)
+        }
+        Request::Watch(args) => {
+            let (root, _) = locate()?;
+            watch(&root, &args)
         }
         Request::RestoreTests => {
             let (root, stamp) = locate()?;
@@ -187,7 +203,7 @@ fn run(request: Request) -> Result<Exit, Refusal> {
                 );
                 return Ok(Exit::Tampered);
             }
-            Ok(test_chapter(&root, tests, group.as_deref()))
+            Ok(test_chapter(&root, tests, group.as_deref(), Exit::Red))
         }
     }
 }
@@ -197,14 +213,21 @@ fn say(text: &str) {
     let _ = writeln!(io::stdout(), "{text}");
 }
 
-fn test_chapter(root: &Path, tests: &ChapterTests, group: Option<&str>) -> Exit {
+/// Runs and prints the chapter's groups (or one); `on_build_error` is the verdict when the
+/// code does not compile.
+pub fn test_chapter(
+    root: &Path,
+    tests: &ChapterTests,
+    group: Option<&str>,
+    on_build_error: Exit,
+) -> Exit {
     let mut runner = CargoRunner::new(root.to_path_buf());
     runner.show_build = true;
     let reports = match runner.run_chapter(tests, group) {
         Ok(reports) => reports,
         Err(error) => {
             let _ = writeln!(io::stderr(), "错误：{error}");
-            return Exit::Red;
+            return on_build_error;
         }
     };
     say(&format!("第 {} 章：{}", tests.id, tests.title));
@@ -222,6 +245,22 @@ fn test_chapter(root: &Path, tests: &ChapterTests, group: Option<&str>) -> Exit 
         ));
     }
     Exit::from_green(green)
+}
+
+/// Hands over to the `course-watch` package, built only now: the file watcher never slows
+/// down `cargo xtask test`.
+fn watch(root: &Path, args: &[String]) -> Result<Exit, Refusal> {
+    let status = CargoRunner::new(root.to_path_buf())
+        .command("run")
+        .args(["--quiet", "-p", "course-watch", "--"])
+        .args(args)
+        .status()
+        .map_err(|e| Refusal(format!("无法启动 cargo（{e}）")))?;
+    Ok(match status.code() {
+        Some(0) => Exit::Green,
+        Some(2) => Exit::Usage,
+        _ => Exit::Red,
+    })
 }
 
 fn restore_tests(root: &Path, stamp: &Stamp) -> Result<Exit, Refusal> {

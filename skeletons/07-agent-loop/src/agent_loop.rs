@@ -8,7 +8,6 @@
 
 // Until every Lab is done, some imports, parameters and helpers are unused.
 #![allow(unused_imports, unused_variables, dead_code)]
-#![allow(unused_imports, unused_variables, dead_code)]
 
 use std::future::Future;
 use std::sync::Arc;
