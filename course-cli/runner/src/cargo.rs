@@ -111,7 +111,9 @@ impl CargoRunner {
             [single] => Some(single.prefix()),
             _ => None,
         };
-        let outcomes = self.run_built(&executable, filter.as_deref())?;
+        let mut outcomes = self.run_built(&executable, filter.as_deref())?;
+        // libtest reports in completion order; sorted, "the first failure" is the same every run.
+        outcomes.sort_by(|left, right| left.name.cmp(&right.name));
         Ok(groups
             .into_iter()
             .map(|spec| {
