@@ -51,7 +51,8 @@ pub fn run(input: &str) -> Result<bool, Failure> {
     for file in chapter.edit() {
         command.args(["--file", &file.in_workspace().to_string()]);
     }
-    command.args(["--", "--test", &chapter.test_target()]);
+    // Only the chapter's public tests judge its mutants: `cargo test --test NN_slug`.
+    command.arg(format!("--cargo-test-arg=--test={}", chapter.test_target()));
     println!(
         "在 {} 中运行 cargo mutants（只针对 {} 的公开测试）",
         dir.display(),
