@@ -125,7 +125,7 @@ struct RawManifest {
 }
 
 impl RawChapter {
-    fn into_chapter(self) -> Result<Chapter, String> {
+    fn into_chapter(self) -> Result<Chapter, CatalogError> {
         let id = self.id;
         let (kind, groups, with_labs) =
             match (self.mode, self.edit, self.labs, self.shows, self.groups) {
@@ -135,23 +135,13 @@ impl RawChapter {
                 (Mode::Observe, None, None, Some(shows), Some(groups)) => {
                     (Kind::Observe { shows }, groups, false)
                 }
-                (Mode::Rebuild, ..) => {
-                    return Err(format!(
-                        "第 {id} 章（rebuild）需要 edit 与 labs，不能有 shows 与 groups"
-                    ))
-                }
-                (Mode::Observe, ..) => {
-                    return Err(format!(
-                        "第 {id} 章（observe）需要 shows 与 groups，不能有 edit 与 labs"
-                    ))
-                }
+                (mode, ..) => return Err(CatalogError::FieldsForMode { chapter: id, mode }),
             };
         let groups = groups
             .into_iter()
             .enumerate()
             .map(|(index, raw)| {
-                let index =
-                    u8::try_from(index + 1).map_err(|_| format!("第 {id} 章的 Lab 太多"))?;
+                let index = u8::try_from(index + 1).map_err(|_| CatalogError::TooManyLabs(id))?;
                 Ok(GroupSpec {
                     name: raw.group,
                     lab: with_labs.then(|| id.lab(index)),
@@ -159,7 +149,7 @@ impl RawChapter {
                     summary: raw.summary,
                 })
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, CatalogError>>()?;
         Ok(Chapter {
             id,
             slug: self.slug,
@@ -258,6 +248,12 @@ pub enum CatalogError {
         chapter: ChapterId,
         shows: ChapterId,
     },
+    /// A rebuild chapter needs `edit` and `labs` only; an observe chapter `shows` and `groups`.
+    FieldsForMode {
+        chapter: ChapterId,
+        mode: Mode,
+    },
+    TooManyLabs(ChapterId),
 }
 
 impl fmt::Display for CatalogError {
@@ -272,6 +268,23 @@ impl fmt::Display for CatalogError {
                 "{MANIFEST} 的格式版本是 {found}，本工具只认识 {MANIFEST_FORMAT}"
             ),
             CatalogError::DuplicateId(id) => write!(f, "{MANIFEST} 中章节编号 {id} 重复"),
+            CatalogError::FieldsForMode {
+                chapter,
+                mode: Mode::Rebuild,
+            } => write!(
+                f,
+                "{MANIFEST}：第 {chapter} 章（rebuild）需要 edit 与 labs，不能有 shows 与 groups"
+            ),
+            CatalogError::FieldsForMode {
+                chapter,
+                mode: Mode::Observe,
+            } => write!(
+                f,
+                "{MANIFEST}：第 {chapter} 章（observe）需要 shows 与 groups，不能有 edit 与 labs"
+            ),
+            CatalogError::TooManyLabs(chapter) => {
+                write!(f, "{MANIFEST}：第 {chapter} 章的 Lab 太多")
+            }
             CatalogError::UnknownShows { chapter, shows } => write!(
                 f,
                 "第 {chapter} 章的 shows = \"{shows}\" 不是它之前的重建章节"
@@ -461,13 +474,7 @@ impl Catalog {
         }
         let mut chapters: Vec<Chapter> = Vec::new();
         for raw_chapter in raw.chapter {
-            let mut chapter =
-                raw_chapter
-                    .into_chapter()
-                    .map_err(|reason| CatalogError::Unreadable {
-                        path: MANIFEST.to_string(),
-                        reason,
-                    })?;
+            let mut chapter = raw_chapter.into_chapter()?;
             if chapters.iter().any(|c| c.id == chapter.id) {
                 return Err(CatalogError::DuplicateId(chapter.id));
             }

@@ -17,8 +17,11 @@ pub fn run(input: &str) -> Result<bool, Failure> {
             "没有找到 cargo-mutants；先运行 cargo install --locked cargo-mutants 再试".to_string(),
         ));
     }
+    // The course lock is held only while the snapshot is written: mutants run in their own
+    // directory and must not block `verify` for half an hour.
     let course = Course::load()?;
-    let chapter = course.chapter(input)?;
+    let chapter = course.chapter(input)?.clone();
+    let chapter = &chapter;
     if chapter.edit().is_empty() {
         return Err(Failure(format!(
             "第 {} 章是观察章节，没有学习者编辑的文件",
@@ -38,6 +41,7 @@ pub fn run(input: &str) -> Result<bool, Failure> {
         std::fs::create_dir_all(target.parent().expect("files have a parent"))?;
         std::fs::write(target, bytes)?;
     }
+    drop(course);
     let mut command = Command::new("cargo");
     command
         .current_dir(&dir)
