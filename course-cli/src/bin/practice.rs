@@ -28,10 +28,10 @@ use course_cli::write::{self, shown, Interrupt, WriteError};
 )]
 struct Cli {
     /// 章节编号，例如 06 或 6
-    #[arg(help_heading = "参数")]
+    #[arg(help_heading = "参数", value_name = "章节")]
     chapter: Option<String>,
     /// 输出目录（必须不存在或为空）；默认 ../pi-practice-NN
-    #[arg(help_heading = "参数")]
+    #[arg(help_heading = "参数", value_name = "目录")]
     dir: Option<PathBuf>,
     /// 按课程顺序列出所有章节、标题与模式
     #[arg(long, help_heading = "选项")]
