@@ -1,7 +1,10 @@
-//! Course automation, plain Rust: `cargo xtask test|verify|snapshot|codegen|mutants|ci`.
+//! Course automation, plain Rust: `cargo xtask test|verify|snapshot|codegen|mutants|book|ci`.
 
+mod book;
+mod browser;
 mod checkout;
 mod codegen;
+mod html;
 mod mutants;
 mod verify;
 
@@ -59,7 +62,13 @@ enum Command {
     },
     /// 用 cargo-mutants 在某一章的参考快照上运行公开测试（讲师用，不在 CI 中）
     Mutants { chapter: String },
-    /// CI 全流程：fmt、clippy、cargo test、codegen --check、verify
+    /// 用 mdBook 把整门课生成静态网站 target/book/html，并检查每个站内链接与锚点
+    Book {
+        /// 再用 headless Chromium 打开每一页：侧栏顺序、代码高亮、中文搜索、第 06 章截图
+        #[arg(long)]
+        check_browser: bool,
+    },
+    /// CI 全流程：fmt、clippy、cargo test、codegen --check、课程书与浏览器检查、verify
     Ci,
 }
 
@@ -75,6 +84,7 @@ fn main() -> ExitCode {
         } => snapshot(&chapter, &dir, solved.as_deref()),
         Command::Codegen { check } => codegen::run(check),
         Command::Mutants { chapter } => mutants::run(&chapter),
+        Command::Book { check_browser } => book::run(check_browser),
         Command::Ci => ci(),
     };
     match result {
@@ -185,6 +195,13 @@ fn ci() -> Result<bool, Failure> {
             eprintln!("CI 失败于：{label}");
             return Ok(false);
         }
+    }
+    // The book runs when mdBook and Chromium are installed (.ci/run installs both) and says
+    // plainly what it skipped otherwise.
+    println!("== cargo xtask book --check-browser");
+    if !book::ci_step()? {
+        eprintln!("CI 失败于：cargo xtask book --check-browser");
+        return Ok(false);
     }
     println!("== cargo xtask verify");
     verify::run(&[], false)
