@@ -1152,6 +1152,12 @@ mod sse {
                 &[r#"{"choices":[],"usage":{"prompt_tokens":-1}}"#],
                 "usage.prompt_tokens must be a non-negative integer",
             ),
+            (
+                &[
+                    r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"type":"custom","function":{"name":"ls"}}]}}]}"#,
+                ],
+                "choices[0].delta.tool_calls[0].type must be function",
+            ),
         ];
         for (payloads, reason) in cases {
             let mut decoder = ChunkDecoder::new();
@@ -1163,6 +1169,18 @@ mod sse {
                 error.to_string(),
                 format!("Invalid provider chunk: {reason}"),
                 "payload {payloads:?} 的拒绝原因不对"
+            );
+        }
+
+        // The same finish_reason again is not a change.
+        let mut decoder = ChunkDecoder::new();
+        let finish = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+        for attempt in 1..=2 {
+            let decoded = decoder.decode(finish).map(|_| ()).map_err(|e| e.to_string());
+            assert_eq!(
+                decoded,
+                Ok(()),
+                "第 {attempt} 次收到同一个 finish_reason 时不能报错：只有变成另一个值才算改变"
             );
         }
     }
