@@ -6,5 +6,6 @@ pub mod event_stream;
 pub mod provider_adapter;
 pub mod scripted_model;
 pub mod sse;
+pub mod survival;
 pub mod tool;
 pub mod types;

@@ -2,4 +2,5 @@
 
 pub mod event_stream;
 pub mod scripted_model;
+pub mod survival;
 pub mod types;

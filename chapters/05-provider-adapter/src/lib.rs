@@ -4,4 +4,5 @@ pub mod event_stream;
 pub mod provider_adapter;
 pub mod scripted_model;
 pub mod sse;
+pub mod survival;
 pub mod types;

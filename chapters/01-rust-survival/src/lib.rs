@@ -1,0 +1,3 @@
+//! pi-course: build a coding agent ("pi") one chapter at a time.
+
+pub mod survival;
