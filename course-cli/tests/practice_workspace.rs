@@ -49,7 +49,7 @@ fn a_copied_or_moved_workspace_judges_itself_and_edited_tests_get_no_verdict() {
     let output = run(BIN, &["02", a.to_str().unwrap()], scratch.path());
     assert!(output.status.success(), "practice 02 writes a workspace");
 
-    let (code, stdout, _) = xtask(&["test", "02", "--group", "queue"], &a);
+    let (code, stdout, stderr) = xtask(&["test", "02", "--group", "queue"], &a);
     assert_eq!(
         code,
         Some(Exit::Red.code().into()),
@@ -59,6 +59,21 @@ fn a_copied_or_moved_workspace_judges_itself_and_edited_tests_get_no_verdict() {
         stdout.contains("Lab 2.1"),
         "red on its Lab marker: {stdout}"
     );
+    assert!(
+        stderr.contains("Compiling pi-course"),
+        "the first build shows cargo's progress instead of silence: {stderr}"
+    );
+    assert!(
+        stdout.contains("完整输出：cargo test -p pi-course --test 02_event_stream -- queue::"),
+        "a red verdict names the command that shows everything: {stdout}"
+    );
+    let (code, stdout, _) = xtask(&["test", "--help"], &a);
+    assert_eq!(
+        code,
+        Some(0),
+        "`cargo xtask test --help` is help, not an error"
+    );
+    assert!(stdout.contains("用法："), "{stdout}");
 
     // The copy keeps `target/` with a's build; its verdict must still be about b.
     let b = scratch.path().join("b");

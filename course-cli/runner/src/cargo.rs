@@ -137,15 +137,26 @@ impl CargoRunner {
     /// Builds the test target and returns its executable. With `show_build`, cargo's progress
     /// and diagnostics go to the terminal; otherwise the diagnostics are kept for the error.
     pub fn build(&self, target: &str) -> Result<PathBuf, RunError> {
-        let mut command = self.command("test");
-        command
-            .args(["--no-run", "-p", LEARNER_PACKAGE, "--test", target])
-            .arg("--message-format=json-render-diagnostics")
-            .stdout(Stdio::piped());
-        if !self.show_build {
-            command.arg("--quiet").stderr(Stdio::piped());
+        let no_run = ["--no-run", "-p", LEARNER_PACKAGE, "--test", target];
+        if self.show_build {
+            // Cargo prints its progress only in its human format, so the learner's build runs
+            // in that format first; the JSON query below then finds everything fresh.
+            let status = self
+                .command("test")
+                .args(no_run)
+                .stdout(Stdio::null())
+                .status()
+                .map_err(RunError::Spawn)?;
+            if !status.success() {
+                return Err(RunError::Build(String::new()));
+            }
         }
-        let output = command.output().map_err(RunError::Spawn)?;
+        let output = self
+            .command("test")
+            .args(no_run)
+            .args(["--quiet", "--message-format=json-render-diagnostics"])
+            .output()
+            .map_err(RunError::Spawn)?;
         if !output.status.success() {
             return Err(RunError::Build(
                 String::from_utf8_lossy(&output.stderr).into_owned(),
