@@ -24,9 +24,11 @@ use course_cli::files::{self, FileSet};
 use course_cli::learning::stub_messages;
 use course_cli::runner::{ChapterId, LabId};
 
+use html5ever::tendril::TendrilSink as _;
+use scraper::{Html, HtmlTreeSink, Selector};
+
 use crate::browser;
 use crate::checkout::{self, Failure};
-use crate::html;
 
 /// The mdBook release the book is built and tested with. `.ci/run` installs the same one.
 pub const MDBOOK_VERSION: &str = "0.5.4";
@@ -625,6 +627,25 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A CSS selector written in this crate; an invalid one is a bug.
+pub fn selector(css: &str) -> Selector {
+    Selector::parse(css).unwrap_or_else(|error| panic!("CSS selector `{css}`: {error}"))
+}
+
+/// A page of the built site as a browser without JavaScript reads it: with scripting off,
+/// the content of `<noscript>` (mdBook's sidebar frame, `toc.html`) is markup, and its links
+/// are checked too. (`Html::parse_document` parses with scripting on.)
+fn parse_page(text: &str) -> Html {
+    let options = html5ever::ParseOpts {
+        tree_builder: html5ever::tree_builder::TreeBuilderOpts {
+            scripting_enabled: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    html5ever::parse_document(HtmlTreeSink::new(Html::new_document()), options).one(text)
+}
+
 /// Resolves every internal `href` and `src` of every page of the site: the file must exist,
 /// and a fragment must name an `id` (or `<a name>`) on the target page. `pages` maps a page's
 /// path in the site to its HTML; `files` lists every file of the site. Returns the number of
@@ -633,37 +654,43 @@ pub fn check_links(
     pages: &BTreeMap<String, String>,
     files: &BTreeSet<String>,
 ) -> (usize, Vec<BrokenLink>) {
-    let parsed: BTreeMap<&str, Vec<html::Tag>> = pages
+    let parsed: BTreeMap<&str, Html> = pages
         .iter()
-        .map(|(path, text)| (path.as_str(), html::tags(text)))
+        .map(|(path, text)| (path.as_str(), parse_page(text)))
         .collect();
+    let with_anchor = selector("[id], a[name]");
     let anchors: BTreeMap<&str, BTreeSet<&str>> = parsed
         .iter()
-        .map(|(path, tags)| {
-            let ids = tags
-                .iter()
-                .filter(|tag| !tag.end_tag)
-                .flat_map(|tag| {
-                    let name = (tag.name == "a").then(|| tag.attr("name")).flatten();
-                    tag.attr("id").into_iter().chain(name)
+        .map(|(path, document)| {
+            let ids = document
+                .select(&with_anchor)
+                .flat_map(|element| {
+                    let element = element.value();
+                    let name = (element.name() == "a")
+                        .then(|| element.attr("name"))
+                        .flatten();
+                    element.attr("id").into_iter().chain(name)
                 })
                 .collect();
             (*path, ids)
         })
         .collect();
+    let with_link = selector("[href], [src]");
     let mut checked = 0;
     let mut broken = Vec::new();
-    for (page, tags) in &parsed {
-        for tag in tags.iter().filter(|tag| !tag.end_tag) {
-            for (name, link) in &tag.attrs {
-                if !matches!(name.as_str(), "href" | "src") || link.is_empty() || is_external(link)
-                {
+    for (page, document) in &parsed {
+        for element in document.select(&with_link) {
+            for name in ["href", "src"] {
+                let Some(link) = element.value().attr(name) else {
+                    continue;
+                };
+                if link.is_empty() || is_external(link) {
                     continue;
                 }
                 checked += 1;
                 let (path, fragment) = match link.split_once('#') {
                     Some((path, fragment)) => (path, percent_decode(fragment)),
-                    None => (link.as_str(), String::new()),
+                    None => (link, String::new()),
                 };
                 let path = path.split('?').next().unwrap_or_default();
                 let target = if path.is_empty() {
@@ -676,7 +703,7 @@ pub fn check_links(
                 let Some(mut target) = target else {
                     broken.push(BrokenLink {
                         page: page.to_string(),
-                        link: link.clone(),
+                        link: link.to_string(),
                         reason: "指向书外".into(),
                     });
                     continue;
@@ -687,7 +714,7 @@ pub fn check_links(
                 if !files.contains(&target) {
                     broken.push(BrokenLink {
                         page: page.to_string(),
-                        link: link.clone(),
+                        link: link.to_string(),
                         reason: format!("{target} 不在书里"),
                     });
                     continue;
@@ -701,7 +728,7 @@ pub fn check_links(
                 if !found {
                     broken.push(BrokenLink {
                         page: page.to_string(),
-                        link: link.clone(),
+                        link: link.to_string(),
                         reason: format!("{target} 上没有锚点 #{fragment}"),
                     });
                 }
@@ -1120,6 +1147,39 @@ labs = [
                 ),
                 ("06.html", "nope.html", "nope.html 不在书里"),
                 ("06.html", "../outside.md", "指向书外"),
+            ]
+        );
+    }
+
+    #[test]
+    fn link_check_reads_pages_as_html_without_scripts() {
+        let (pages, files) = site(
+            &[
+                (
+                    "index.html",
+                    r##"<script>if (a<b) { x = "<a href='gone.html'>"; }</script><!-- <a href="gone.html"> -->
+                    <a href="06.html#&#x4E0D;&#21464;&#37327;">entities</a><a href='06.html#旧锚点'>a name</a>
+                    <noscript><iframe class="sidebar-iframe-outer" src="toc.html"></iframe></noscript>"##,
+                ),
+                (
+                    "06.html",
+                    r##"<h2 id="不变量">x</h2><a name="旧锚点"></a><span name="不算">y</span>
+                    <a href="#不算">bad</a>"##,
+                ),
+            ],
+            &[],
+        );
+        let (checked, broken) = check_links(&pages, &files);
+        assert_eq!(checked, 4, "script text and comments hold no links");
+        let found: Vec<(&str, &str, &str)> = broken
+            .iter()
+            .map(|b| (b.page.as_str(), b.link.as_str(), b.reason.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("06.html", "#不算", "06.html 上没有锚点 #不算"),
+                ("index.html", "toc.html", "toc.html 不在书里"),
             ]
         );
     }

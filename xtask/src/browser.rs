@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::book::{Built, Page};
+use scraper::Html;
+
+use crate::book::{selector, Built, Page};
 use crate::checkout::Failure;
-use crate::html;
 
 /// The chapter whose page is searched from and photographed.
 pub const SEARCH_CHAPTER: &str = "06";
@@ -63,80 +64,59 @@ fn percent_encode(text: &str, keep_slash: bool) -> String {
 
 /// The pages the sidebar links to, in order (links within a page left out), with whether
 /// each is marked as the current page.
-pub fn sidebar_links(dom: &str) -> Vec<(String, bool)> {
-    let tags = html::tags(dom);
-    let Some(open) = tags
-        .iter()
-        .position(|tag| tag.is_start("mdbook-sidebar-scrollbox"))
-    else {
+pub fn sidebar_links(dom: &Html) -> Vec<(String, bool)> {
+    let Some(sidebar) = dom.select(&selector("mdbook-sidebar-scrollbox")).next() else {
         return Vec::new();
     };
-    let close = html::closing(&tags, open).unwrap_or(tags.len());
-    tags[open..close]
-        .iter()
-        .filter(|tag| tag.is_start("a"))
-        .filter_map(|tag| {
-            let href = tag.attr("href")?;
+    sidebar
+        .select(&selector("a[href]"))
+        .filter_map(|link| {
+            let href = link.value().attr("href")?;
             let page = href.split(['#', '?']).next().unwrap_or_default();
-            (!page.is_empty()).then(|| (page.to_string(), tag.has_class("active")))
+            let active = link.value().classes().any(|class| class == "active");
+            (!page.is_empty()).then(|| (page.to_string(), active))
         })
         .collect()
 }
 
+/// The visible text of an element, trimmed.
+fn text(element: scraper::ElementRef) -> String {
+    element.text().collect::<String>().trim().to_string()
+}
+
 /// The text of the first `<h1>` in the page content.
-pub fn first_heading(dom: &str) -> Option<String> {
-    let tags = html::tags(dom);
-    let main = tags
-        .iter()
-        .position(|tag| tag.is_start("main"))
-        .unwrap_or(0);
-    let open = main + tags[main..].iter().position(|tag| tag.is_start("h1"))?;
-    let close = html::closing(&tags, open)?;
-    Some(
-        html::text(dom, tags[open].end, tags[close].start)
-            .trim()
-            .to_string(),
-    )
+pub fn first_heading(dom: &Html) -> Option<String> {
+    let h1 = selector("h1");
+    let heading = match dom.select(&selector("main")).next() {
+        Some(main) => main.select(&h1).next(),
+        None => dom.select(&h1).next(),
+    }?;
+    Some(text(heading))
 }
 
 /// Rust code blocks of the page: (all, highlighted by highlight.js).
-pub fn rust_blocks(dom: &str) -> (usize, usize) {
-    let blocks: Vec<bool> = html::tags(dom)
-        .iter()
-        .filter(|tag| tag.is_start("code") && tag.has_class("language-rust"))
-        .map(|tag| tag.has_class("hljs"))
-        .collect();
-    (blocks.len(), blocks.iter().filter(|h| **h).count())
+pub fn rust_blocks(dom: &Html) -> (usize, usize) {
+    (
+        dom.select(&selector("code.language-rust")).count(),
+        dom.select(&selector("code.language-rust.hljs")).count(),
+    )
 }
 
 /// Whether highlight.js marked up tokens (it wraps keywords in `hljs-keyword` spans).
-fn has_highlighted_tokens(dom: &str) -> bool {
-    html::tags(dom)
-        .iter()
-        .any(|tag| tag.is_start("span") && tag.has_class("hljs-keyword"))
+fn has_highlighted_tokens(dom: &Html) -> bool {
+    dom.select(&selector("span.hljs-keyword")).next().is_some()
 }
 
 /// The search results header and the result links, once the searcher has run.
-pub fn search_results(dom: &str) -> Option<(String, Vec<String>)> {
-    let tags = html::tags(dom);
-    let header = tags
-        .iter()
-        .position(|tag| !tag.end_tag && tag.attr("id") == Some("mdbook-searchresults-header"))?;
-    let close = html::closing(&tags, header)?;
-    let header = html::text(dom, tags[header].end, tags[close].start)
-        .trim()
-        .to_string();
-    let links = tags
-        .iter()
-        .filter(|tag| {
-            tag.is_start("a")
-                && tag
-                    .attr("aria-details")
-                    .is_some_and(|id| id.starts_with("mdbook-teaser"))
-        })
-        .filter_map(|tag| tag.attr("href").map(str::to_string))
+pub fn search_results(dom: &Html) -> Option<(String, Vec<String>)> {
+    let header = dom
+        .select(&selector("#mdbook-searchresults-header"))
+        .next()?;
+    let links = dom
+        .select(&selector(r#"a[aria-details^="mdbook-teaser"][href]"#))
+        .filter_map(|link| link.value().attr("href").map(str::to_string))
         .collect();
-    Some((header, links))
+    Some((text(header), links))
 }
 
 /// One headless Chromium, run once per page.
@@ -272,8 +252,14 @@ impl Tally {
     }
 }
 
-/// What one page must show in the browser.
-fn check_page(dom: &str, page: Option<&Page>, html_name: &str, expected: &[String]) -> Vec<String> {
+/// What one page must show in the browser; `raw` is the dumped DOM as text, `dom` parsed.
+fn check_page(
+    raw: &str,
+    dom: &Html,
+    page: Option<&Page>,
+    html_name: &str,
+    expected: &[String],
+) -> Vec<String> {
     let mut problems = Vec::new();
     let links = sidebar_links(dom);
     let sidebar: Vec<String> = links.iter().map(|(href, _)| href.clone()).collect();
@@ -307,7 +293,7 @@ fn check_page(dom: &str, page: Option<&Page>, html_name: &str, expected: &[Strin
         )),
     }
     for text in &page.must_show {
-        if !dom.contains(text.as_str()) {
+        if !raw.contains(text.as_str()) {
             problems.push(format!("{html_name}：页面上没有“{text}”"));
         }
     }
@@ -356,8 +342,9 @@ fn run_checks(built: &Built, browser: &Chromium) -> Result<Tally, Failure> {
     let mut rust_total = 0;
     let mut rust_highlighted = 0;
     for (name, page) in &visits {
-        let dom = browser.dom(&url(name), name)?;
-        let mut problems = check_page(&dom, *page, name, &expected);
+        let raw = browser.dom(&url(name), name)?;
+        let dom = Html::parse_document(&raw);
+        let mut problems = check_page(&raw, &dom, *page, name, &expected);
         let (total, highlighted) = rust_blocks(&dom);
         if highlighted != total {
             problems.push(format!(
@@ -414,7 +401,9 @@ fn run_checks(built: &Built, browser: &Chromium) -> Result<Tally, Failure> {
             url("index.html"),
             percent_encode(term, false)
         );
-        Ok(search_results(&browser.dom(&query, name)?))
+        Ok(search_results(&Html::parse_document(
+            &browser.dom(&query, name)?,
+        )))
     };
     let chapter_html = chapter_page.html();
     let mut problems = Vec::new();
@@ -492,9 +481,13 @@ mod tests {
 <pre><code class="language-rust hljs"><span class="hljs-keyword">fn</span> main() {}</code></pre>
 <pre><code class="language-rust">fn plain() {}</code></pre><code class="hljs">inline</code></main></body></html>"##;
 
+    fn dom() -> Html {
+        Html::parse_document(DOM)
+    }
+
     #[test]
     fn reads_the_sidebar_pages_in_order_and_the_active_one() {
-        let pages: Vec<String> = sidebar_links(DOM)
+        let pages: Vec<String> = sidebar_links(&dom())
             .into_iter()
             .map(|(href, _)| href)
             .collect();
@@ -502,7 +495,7 @@ mod tests {
             pages,
             ["index.html", "06-tool-contract.html", "glossary.html"]
         );
-        let active: Vec<String> = sidebar_links(DOM)
+        let active: Vec<String> = sidebar_links(&dom())
             .into_iter()
             .filter(|(_, active)| *active)
             .map(|(href, _)| href)
@@ -512,10 +505,14 @@ mod tests {
 
     #[test]
     fn reads_heading_code_blocks_and_search_results() {
-        assert_eq!(first_heading(DOM).as_deref(), Some("第 06 章　Tool & 环境"));
-        assert_eq!(rust_blocks(DOM), (2, 1));
-        assert!(has_highlighted_tokens(DOM));
-        let (header, links) = search_results(DOM).expect("results area");
+        let dom = dom();
+        assert_eq!(
+            first_heading(&dom).as_deref(),
+            Some("第 06 章　Tool & 环境")
+        );
+        assert_eq!(rust_blocks(&dom), (2, 1));
+        assert!(has_highlighted_tokens(&dom));
+        let (header, links) = search_results(&dom).expect("results area");
         assert_eq!(header, "2 search results for '不变量':");
         assert_eq!(links.len(), 2);
         assert!(links[0].starts_with("06-tool-contract.html?"));

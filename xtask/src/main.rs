@@ -4,7 +4,6 @@ mod book;
 mod browser;
 mod checkout;
 mod codegen;
-mod html;
 mod mutants;
 mod verify;
 
