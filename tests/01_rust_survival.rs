@@ -602,7 +602,7 @@ mod batch {
     }
 
     #[tokio::test]
-    async fn handlers_run_at_the_same_time() {
+    async fn a_batch_runs_its_handlers_at_the_same_time() {
         let barrier = Arc::new(Barrier::new(3));
         let mut registry = Registry::new();
         registry
