@@ -1176,7 +1176,10 @@ mod sse {
         let mut decoder = ChunkDecoder::new();
         let finish = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
         for attempt in 1..=2 {
-            let decoded = decoder.decode(finish).map(|_| ()).map_err(|e| e.to_string());
+            let decoded = decoder
+                .decode(finish)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
             assert_eq!(
                 decoded,
                 Ok(()),

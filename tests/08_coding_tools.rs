@@ -1,0 +1,1457 @@
+//! Chapter 08 acceptance tests: the coding tools.
+//!
+//! Group k only needs Labs 8.1 … 8.k: `read` reads plain names only; `workspace` resolves paths
+//! directly and through `read`; `write` drives the queue and the write tool; `edit` the edit
+//! tool; `bash` the bash tool; only `real_loop` builds the whole registry and runs the loop.
+//!
+//! Every test works in a fresh directory under the system temp dir and removes it afterwards.
+//! Waits are bounded by generous timeouts that only fire when something hangs.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use pi_course::agent_loop::*;
+use pi_course::coding_tools::*;
+use pi_course::scripted_model::{tool_call, ScriptedModel, ScriptedTurn};
+use pi_course::tool::*;
+use pi_course::types::*;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// A fresh directory under the system temp dir, removed on drop. `ws/` inside it is the
+/// workspace; siblings of `ws/` are "outside".
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new(label: &str) -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "pi-course-08-{label}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ws")).expect("测试需要能在系统临时目录里建目录");
+        Scratch { dir }
+    }
+
+    /// `ws/` as given, not canonicalised.
+    fn ws(&self) -> PathBuf {
+        self.dir.join("ws")
+    }
+
+    /// Writes a file below the scratch dir, creating its parents.
+    fn file(&self, relative: &str, content: &str) -> PathBuf {
+        let path = self.dir.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("测试需要能建父目录");
+        }
+        std::fs::write(&path, content).expect("测试需要能写文件");
+        path
+    }
+
+    fn tools(&self) -> CodingTools {
+        CodingTools::new(self.ws()).expect("ws 是存在的目录，CodingTools 应当建成")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn content_of(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|error| format!("<读不出来：{error}>"))
+}
+
+fn registry(tools: Vec<SharedTool>) -> ToolRegistry {
+    ToolRegistry::new(tools).expect("测试用的工具名互不相同，Registry 应当建成")
+}
+
+async fn call(registry: &ToolRegistry, name: &str, arguments: Value) -> ToolResultMessage {
+    call_with(registry, name, arguments, CallContext::default()).await
+}
+
+/// One call through chapter 06's executor, bounded by 5 s.
+async fn call_with(
+    registry: &ToolRegistry,
+    name: &str,
+    arguments: Value,
+    context: CallContext,
+) -> ToolResultMessage {
+    let call = tool_call("call-1", name, arguments);
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        execute_tool_call(&call, registry, context),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name} 调用 5 秒内没有返回：是在等一个永远不会结束的东西吗？"))
+}
+
+/// One call on a task of its own, unbounded: the test bounds the wait with its own rule.
+fn spawn_call(
+    registry: &ToolRegistry,
+    name: &str,
+    arguments: Value,
+    context: CallContext,
+) -> tokio::task::JoinHandle<ToolResultMessage> {
+    let registry = registry.clone();
+    let call = tool_call("call-1", name, arguments);
+    tokio::spawn(async move { execute_tool_call(&call, &registry, context).await })
+}
+
+/// The text of a result's single content block.
+fn body(result: &ToolResultMessage) -> String {
+    result
+        .content
+        .iter()
+        .map(|block| block.text.as_str())
+        .collect()
+}
+
+/// Waits until `condition` holds; only a hang reaches the 5 s bound, and then `rule` is the
+/// failure message.
+async fn until(rule: &str, mut condition: impl FnMut() -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(5), async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "{rule}（等了 5 秒也没有等到）");
+}
+
+fn outside(path: &str) -> ToolError {
+    ToolError::new(format!("{OUTSIDE_WORKSPACE}：{path}"))
+}
+
+/// Every entry below `dir` whose name holds the temporary-file marker.
+fn leftovers(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&next) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_name().to_string_lossy().contains(TEMP_MARKER) {
+                found.push(path.clone());
+            }
+            if path.is_dir() && !path.is_symlink() {
+                pending.push(path);
+            }
+        }
+    }
+    found
+}
+
+mod read {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_line_window_matches_its_details_and_says_where_to_continue() {
+        let scratch = Scratch::new("read-window");
+        scratch.file("ws/five.txt", "one\ntwo\nthree\nfour\nfive\n");
+        scratch.file("ws/tail.txt", "a\nb");
+        let tools = scratch.tools();
+        let registry = registry(vec![tools.read_tool()]);
+
+        let whole = call(&registry, "read", json!({"path": "five.txt"})).await;
+        assert_eq!(
+            (body(&whole), whole.is_error),
+            ("one\ntwo\nthree\nfour\nfive\n".to_string(), false),
+            "不带 offset/limit 时读出整个文件：原样，不加行号"
+        );
+        assert_eq!(
+            whole.details,
+            Some(json!({
+                "path": "five.txt", "startLine": 1, "endLine": 5, "totalLines": 5,
+                "bytes": 24, "truncated": false
+            })),
+            "details 与实际输出一致"
+        );
+
+        let window = call(
+            &registry,
+            "read",
+            json!({"path": "five.txt", "offset": 2, "limit": 2}),
+        )
+        .await;
+        assert_eq!(
+            body(&window),
+            "two\nthree\n\n[第 2-3 行，共 5 行；用 offset=4 继续读取]",
+            "offset 从 1 数起，limit 是行数；后面还有内容时，提示从哪一行继续"
+        );
+        assert_eq!(
+            window.details,
+            Some(json!({
+                "path": "five.txt", "startLine": 2, "endLine": 3, "totalLines": 5,
+                "bytes": 10, "truncated": false
+            })),
+            "limit 停下的窗口不算截断，bytes 只数显示出来的内容"
+        );
+
+        let last = call(&registry, "read", json!({"path": "five.txt", "offset": 5})).await;
+        assert_eq!(
+            body(&last),
+            "five\n",
+            "读到文件末尾时没有提示：没有东西可以继续读"
+        );
+        let beyond = call(&registry, "read", json!({"path": "five.txt", "offset": 6})).await;
+        assert_eq!(
+            (body(&beyond), beyond.is_error),
+            (
+                "Tool read failed: offset=6 超出文件范围（文件共 5 行）".to_string(),
+                true
+            ),
+            "offset 超过最后一行是错误，错误信息写出文件的行数"
+        );
+        let tail = call(&registry, "read", json!({"path": "tail.txt"})).await;
+        assert_eq!(
+            (
+                body(&tail),
+                tail.details.as_ref().map(|d| d["totalLines"].clone())
+            ),
+            ("a\nb".to_string(), Some(json!(2))),
+            "最后一行没有换行符也是一行，内容原样返回"
+        );
+
+        assert_eq!(
+            registry.definitions()[0].parameters,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "offset": {"type": "integer", "minimum": 1},
+                    "limit": {"type": "integer", "minimum": 1}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+            "read 的参数沿用上游 pi 的名字：path、可选的 offset 与 limit"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_byte_cap_stops_at_a_whole_line_and_continuing_skips_nothing() {
+        let scratch = Scratch::new("read-cap");
+        scratch.file("ws/abc.txt", "aaaa\nbbbb\ncccc\n");
+        scratch.file("ws/long.txt", &format!("short\n{}\nend\n", "x".repeat(30)));
+        let many: String = (1..=20)
+            .map(|n| format!("line {n}: {}\n", "x".repeat(n % 7)))
+            .collect();
+        scratch.file("ws/many.txt", &many);
+        let limits = Limits {
+            max_read_bytes: 12,
+            ..Limits::default()
+        };
+        let tools = scratch.tools().with_limits(limits);
+        let registry = registry(vec![tools.read_tool()]);
+
+        let first = call(&registry, "read", json!({"path": "abc.txt"})).await;
+        assert_eq!(
+            body(&first),
+            "aaaa\nbbbb\n\n[第 1-2 行，共 3 行；已达 12 字节上限，用 offset=3 继续读取]",
+            "字节上限只在整行处停下：第 3 行放不下就整行留给下一次"
+        );
+        assert_eq!(
+            first.details,
+            Some(json!({
+                "path": "abc.txt", "startLine": 1, "endLine": 2, "totalLines": 3,
+                "bytes": 10, "truncated": true
+            })),
+            "被字节上限截断时 details.truncated 为 true"
+        );
+        let rest = call(&registry, "read", json!({"path": "abc.txt", "offset": 3})).await;
+        assert_eq!(body(&rest), "cccc\n", "按提示的 offset 续读，正好接上");
+
+        let head = call(&registry, "read", json!({"path": "long.txt"})).await;
+        assert_eq!(
+            body(&head),
+            "short\n\n[第 1-1 行，共 3 行；已达 12 字节上限，用 offset=2 继续读取]",
+            "放不下的行不显示半行"
+        );
+        let long = call(&registry, "read", json!({"path": "long.txt", "offset": 2})).await;
+        assert_eq!(
+            (
+                body(&long),
+                long.details
+                    .as_ref()
+                    .map(|d| (d["endLine"].clone(), d["bytes"].clone()))
+            ),
+            (
+                "[第 2 行有 31 字节，超过 12 字节上限；请用 bash 分段查看]".to_string(),
+                Some((json!(1), json!(0)))
+            ),
+            "单独一行就超过上限时，不显示内容，只说明这一行有多长"
+        );
+
+        // Follow the notes the way a model would, with a larger cap.
+        let tools = scratch.tools().with_limits(Limits {
+            max_read_bytes: 25,
+            ..Limits::default()
+        });
+        let registry = super::registry(vec![tools.read_tool()]);
+        let mut collected = String::new();
+        let mut offset = 1;
+        let mut reads = 0;
+        loop {
+            reads += 1;
+            assert!(reads <= 40, "按提示续读必须在有限次内读完 many.txt");
+            let result = call(
+                &registry,
+                "read",
+                json!({"path": "many.txt", "offset": offset}),
+            )
+            .await;
+            let text = body(&result);
+            let (content, note) = match text.split_once("\n[") {
+                Some((content, note)) => (content.to_string(), Some(note.to_string())),
+                None => (text.clone(), None),
+            };
+            assert!(
+                content.len() <= 25,
+                "每次显示的内容不能超过 25 字节上限，实际 {} 字节",
+                content.len()
+            );
+            collected.push_str(&content);
+            let Some(note) = note else { break };
+            let next: usize = note
+                .split_once("offset=")
+                .map(|(_, rest)| rest.chars().take_while(char::is_ascii_digit).collect())
+                .and_then(|digits: String| digits.parse().ok())
+                .unwrap_or_else(|| panic!("截断提示必须写出继续读取的 offset，实际是：{note}"));
+            let end_line = result.details.as_ref().map(|d| d["endLine"].clone());
+            assert_eq!(
+                Some(json!(next - 1)),
+                end_line,
+                "提示的 offset 必须是 endLine + 1"
+            );
+            offset = next;
+        }
+        assert_eq!(
+            collected, many,
+            "按提示的 offset 一路续读，拼起来正好是整个文件：不跳行，也不重复"
+        );
+        assert!(reads > 2, "25 字节的上限下，many.txt 要分几次才能读完");
+    }
+
+    #[tokio::test]
+    async fn read_failures_are_results_that_name_the_path() {
+        let scratch = Scratch::new("read-errors");
+        scratch.file("ws/docs/guide.md", "# guide\n");
+        scratch.file("ws/empty.txt", "");
+        std::fs::write(scratch.ws().join("blob.bin"), [0xff_u8, 0xfe, 0x00])
+            .expect("测试需要能写二进制文件");
+        let tools = scratch.tools();
+        let registry = registry(vec![tools.read_tool()]);
+
+        let missing = call(&registry, "read", json!({"path": "missing.txt"})).await;
+        assert!(
+            missing.is_error
+                && body(&missing).starts_with("Tool read failed: 无法读取 missing.txt："),
+            "读不到的文件得到一条失败结果，说明读不了哪个路径，实际：{}",
+            body(&missing)
+        );
+        let directory = call(&registry, "read", json!({"path": "docs"})).await;
+        assert!(
+            directory.is_error && body(&directory).starts_with("Tool read failed: 无法读取 docs："),
+            "目录不是文件，同样是失败结果，实际：{}",
+            body(&directory)
+        );
+        let binary = call(&registry, "read", json!({"path": "blob.bin"})).await;
+        assert_eq!(
+            (body(&binary), binary.is_error),
+            (
+                "Tool read failed: blob.bin 不是 UTF-8 文本".to_string(),
+                true
+            ),
+            "不是 UTF-8 的文件不能当文本读"
+        );
+        let empty = call(&registry, "read", json!({"path": "empty.txt"})).await;
+        assert_eq!(
+            (body(&empty), empty.details),
+            (
+                String::new(),
+                Some(json!({
+                    "path": "empty.txt", "startLine": 1, "endLine": 0, "totalLines": 0,
+                    "bytes": 0, "truncated": false
+                }))
+            ),
+            "空文件有 0 行，从第 1 行读起得到空内容，不是错误"
+        );
+        let zero = call(&registry, "read", json!({"path": "empty.txt", "offset": 0})).await;
+        assert_eq!(
+            body(&zero),
+            format!("Tool read failed: {MUST_BE_POSITIVE_INTEGER}"),
+            "offset 由第 06 章的 optional_positive_integer 校验：0 不是合法的行号"
+        );
+    }
+}
+
+mod workspace {
+    use super::*;
+
+    #[tokio::test]
+    async fn dot_dot_and_absolute_paths_may_not_leave_the_root() {
+        let scratch = Scratch::new("ws-lexical");
+        scratch.file("ws/a.txt", "a\n");
+        scratch.file("ws/docs/guide.md", "# guide\n");
+        let secret = scratch.file("outside/secret.txt", "secret\n");
+        scratch.file("ws-evil/secret.txt", "evil\n");
+        let tools = scratch.tools();
+        let workspace = tools.workspace();
+        let root = workspace.root().to_path_buf();
+
+        assert_eq!(
+            workspace.resolve("./docs/../a.txt"),
+            Ok(root.join("a.txt")),
+            "`.` 与 `..` 在 workspace 里面时照常解析"
+        );
+        assert_eq!(
+            workspace.resolve("docs/./guide.md"),
+            Ok(root.join("docs/guide.md")),
+            "相对路径相对于 workspace 根目录解析"
+        );
+        let absolute_inside = root.join("a.txt").display().to_string();
+        assert_eq!(
+            workspace.resolve(&absolute_inside),
+            Ok(root.join("a.txt")),
+            "workspace 里面的绝对路径可以用"
+        );
+        assert_eq!(
+            workspace.resolve("new/dir/file.txt"),
+            Ok(root.join("new/dir/file.txt")),
+            "还不存在的路径也能解析：真实的父目录加上缺的名字"
+        );
+        let absolute_outside = secret.display().to_string();
+        for escape in [
+            "..",
+            "../outside/secret.txt",
+            "docs/../../outside/secret.txt",
+            "../ws-evil/secret.txt",
+            absolute_outside.as_str(),
+        ] {
+            assert_eq!(
+                workspace.resolve(escape),
+                Err(outside(escape)),
+                "{escape} 在 workspace 之外，必须拒绝（按路径的组成部分比较，不是按字符串前缀）"
+            );
+        }
+
+        let registry = registry(vec![tools.read_tool()]);
+        let refused = call(&registry, "read", json!({"path": "../outside/secret.txt"})).await;
+        assert_eq!(
+            (body(&refused), refused.is_error),
+            (
+                format!("Tool read failed: {OUTSIDE_WORKSPACE}：../outside/secret.txt"),
+                true
+            ),
+            "read 先解析路径：workspace 之外的文件不读"
+        );
+    }
+
+    #[tokio::test]
+    async fn symlinks_are_followed_before_the_check() {
+        let scratch = Scratch::new("ws-symlink");
+        scratch.file("ws/docs/guide.md", "# guide\n");
+        let secret = scratch.file("outside/secret.txt", "secret\n");
+        let ws = scratch.ws();
+        std::os::unix::fs::symlink(scratch.dir.join("outside"), ws.join("out"))
+            .expect("测试需要能建目录链接");
+        std::os::unix::fs::symlink(&secret, ws.join("leak.txt")).expect("测试需要能建文件链接");
+        std::os::unix::fs::symlink(ws.join("docs"), ws.join("alias"))
+            .expect("测试需要能建指向 workspace 里面的链接");
+        let tools = scratch.tools();
+        let workspace = tools.workspace();
+        let root = workspace.root().to_path_buf();
+
+        assert_eq!(
+            workspace.resolve("out/secret.txt"),
+            Err(outside("out/secret.txt")),
+            "穿过指向外面的目录链接的路径必须拒绝：只看字面路径不够，要先 canonicalize"
+        );
+        assert_eq!(
+            workspace.resolve("leak.txt"),
+            Err(outside("leak.txt")),
+            "指向外面的文件链接必须拒绝"
+        );
+        assert_eq!(
+            workspace.resolve("out/new.txt"),
+            Err(outside("out/new.txt")),
+            "还不存在的文件要按它最长的已存在前缀检查：父目录是指向外面的链接就拒绝"
+        );
+        assert_eq!(
+            workspace.resolve("alias/guide.md"),
+            Ok(root.join("docs/guide.md")),
+            "指向 workspace 里面的链接可以用，解析结果是真实路径"
+        );
+        assert_eq!(
+            workspace.resolve("alias/new.md"),
+            Ok(root.join("docs/new.md")),
+            "还不存在的文件：真实的父目录加上缺的名字"
+        );
+
+        let registry = registry(vec![tools.read_tool()]);
+        let leaked = call(&registry, "read", json!({"path": "leak.txt"})).await;
+        assert_eq!(
+            (body(&leaked), leaked.is_error),
+            (
+                format!("Tool read failed: {OUTSIDE_WORKSPACE}：leak.txt"),
+                true
+            ),
+            "read 不能借链接读到 workspace 之外的文件"
+        );
+        let aliased = call(&registry, "read", json!({"path": "alias/guide.md"})).await;
+        assert_eq!(
+            body(&aliased),
+            "# guide\n",
+            "指向 workspace 里面的链接照常可读"
+        );
+    }
+}
+
+mod write {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_write_renames_a_temporary_file_over_the_target_and_creates_parents() {
+        let scratch = Scratch::new("write-atomic");
+        let target = scratch.file("ws/a.txt", "old\n");
+        // A second name for the same file: an in-place write would change it too.
+        let witness = scratch.dir.join("witness.txt");
+        std::fs::hard_link(&target, &witness).expect("测试需要能建硬链接");
+        let tools = scratch.tools();
+        let registry = registry(vec![tools.write_tool()]);
+
+        let written = call(
+            &registry,
+            "write",
+            json!({"path": "a.txt", "content": "new\n"}),
+        )
+        .await;
+        assert_eq!(
+            (body(&written), written.is_error),
+            ("已写入 4 字节：a.txt".to_string(), false),
+            "write 报告写了多少字节、写到哪里"
+        );
+        assert_eq!(
+            written.details,
+            Some(json!({"path": "a.txt", "bytes": 4})),
+            "details 写明路径与字节数"
+        );
+        assert_eq!(content_of(&target), "new\n", "write 替换整个文件");
+        assert_eq!(
+            content_of(&witness),
+            "old\n",
+            "write 必须写临时文件再 rename 过去：原地改写会连硬链接的另一个名字一起改掉"
+        );
+
+        let nested = call(
+            &registry,
+            "write",
+            json!({"path": "deep/er/b.txt", "content": "b"}),
+        )
+        .await;
+        assert_eq!(
+            (
+                nested.is_error,
+                content_of(&scratch.ws().join("deep/er/b.txt"))
+            ),
+            (false, "b".to_string()),
+            "write 先建好缺少的父目录"
+        );
+
+        let escaped = call(
+            &registry,
+            "write",
+            json!({"path": "../escape.txt", "content": "x"}),
+        )
+        .await;
+        assert_eq!(
+            body(&escaped),
+            format!("Tool write failed: {OUTSIDE_WORKSPACE}：../escape.txt"),
+            "write 也先解析路径：workspace 之外不写"
+        );
+        assert!(
+            !scratch.dir.join("escape.txt").exists(),
+            "被拒绝的 write 不能在 workspace 之外留下文件"
+        );
+        assert_eq!(
+            leftovers(&scratch.dir),
+            Vec::<PathBuf>::new(),
+            "成功的 write 不留下临时文件"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_rename_leaves_the_target_and_no_temporary_file() {
+        let scratch = Scratch::new("write-failure");
+        let kept = scratch.file("ws/dir/keep.txt", "keep\n");
+        let tools = scratch.tools();
+        let registry = registry(vec![tools.write_tool()]);
+
+        // A directory cannot be replaced by a file: the rename fails.
+        let failed = call(&registry, "write", json!({"path": "dir", "content": "x"})).await;
+        assert!(
+            failed.is_error && body(&failed).starts_with("Tool write failed: 无法写入 dir："),
+            "写不进去时得到失败结果，说明哪个路径写不了，实际：{}",
+            body(&failed)
+        );
+        assert_eq!(content_of(&kept), "keep\n", "失败的 write 不动原来的东西");
+        assert_eq!(
+            leftovers(&scratch.dir),
+            Vec::<PathBuf>::new(),
+            "rename 失败时必须删掉临时文件"
+        );
+    }
+
+    type Log = Arc<Mutex<Vec<&'static str>>>;
+
+    fn logged(log: &Log) -> Vec<&'static str> {
+        log.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn note(log: &Log, entry: &'static str) {
+        log.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(entry);
+    }
+
+    #[tokio::test]
+    async fn one_path_runs_one_mutation_at_a_time_in_arrival_order() {
+        let queue = MutationQueue::default();
+        let path = PathBuf::from("/queue-test/a.txt");
+        let log: Log = Arc::default();
+        let (release, gate) = oneshot::channel::<()>();
+
+        let first = tokio::spawn({
+            let (queue, path, log) = (queue.clone(), path.clone(), Arc::clone(&log));
+            async move {
+                queue
+                    .run(&path, async {
+                        note(&log, "first:start");
+                        let _ = gate.await;
+                        note(&log, "first:end");
+                        Err::<(), &str>("first failed")
+                    })
+                    .await
+            }
+        });
+        until("第一个修改应当开始", || {
+            logged(&log) == ["first:start"]
+        })
+        .await;
+        let later = |entry: &'static str| {
+            let (queue, path, log) = (queue.clone(), path.clone(), Arc::clone(&log));
+            tokio::spawn(async move { queue.run(&path, async { note(&log, entry) }).await })
+        };
+        let second = later("second");
+        let third = later("third");
+        until("后来的两个修改应当排队或者开始", || {
+            queue.pending(&path) == 3 || logged(&log).len() > 1
+        })
+        .await;
+        assert_eq!(
+            logged(&log),
+            ["first:start"],
+            "同一路径上，前一个修改结束之前，后来的修改不能开始"
+        );
+        assert_eq!(
+            queue.pending(&path),
+            3,
+            "pending 数着这条路径上正在执行和排队的修改"
+        );
+
+        release.send(()).expect("第一个修改还在等放行");
+        let outcome = first.await.expect("第一个修改的任务不应 panic");
+        second.await.expect("第二个修改的任务不应 panic");
+        third.await.expect("第三个修改的任务不应 panic");
+        assert_eq!(outcome, Err("first failed"), "run 原样交回操作自己的结果");
+        assert_eq!(
+            logged(&log),
+            ["first:start", "first:end", "second", "third"],
+            "同一路径的修改按到达顺序一个接一个执行；失败的修改不挡住后面的"
+        );
+        assert_eq!(queue.pending(&path), 0, "全部结束后 pending 回到 0");
+    }
+
+    #[tokio::test]
+    async fn different_paths_do_not_wait_for_each_other() {
+        let queue = MutationQueue::default();
+        let (release, gate) = oneshot::channel::<()>();
+        // The mutation of a.txt can only finish after the one of b.txt has run.
+        let held = tokio::spawn({
+            let queue = queue.clone();
+            async move {
+                queue
+                    .run(Path::new("/queue-test/a.txt"), async {
+                        let _ = gate.await;
+                    })
+                    .await
+            }
+        });
+        let other = tokio::spawn({
+            let queue = queue.clone();
+            async move {
+                queue
+                    .run(Path::new("/queue-test/b.txt"), async {
+                        let _ = release.send(());
+                    })
+                    .await
+            }
+        });
+        let both = tokio::time::timeout(Duration::from_secs(5), async {
+            other.await.expect("b.txt 的修改不应 panic");
+            held.await.expect("a.txt 的修改不应 panic");
+        })
+        .await;
+        assert!(
+            both.is_ok(),
+            "不同路径的修改不能互相等待：只有 b.txt 的修改执行了，a.txt 的修改才能结束"
+        );
+    }
+
+    #[tokio::test]
+    async fn write_waits_its_turn_under_the_resolved_path() {
+        let scratch = Scratch::new("write-queue");
+        let target = scratch.file("ws/a.txt", "v0\n");
+        let tools = scratch.tools();
+        let resolved = tools
+            .workspace()
+            .resolve("a.txt")
+            .expect("a.txt 在 workspace 里面");
+        let queue = tools.queue().clone();
+        let (release, gate) = oneshot::channel::<()>();
+        let holder = tokio::spawn({
+            let (queue, resolved, target) = (queue.clone(), resolved.clone(), target.clone());
+            async move {
+                queue
+                    .run(&resolved, async {
+                        let _ = gate.await;
+                        std::fs::write(&target, "holder\n").expect("测试需要能写文件");
+                    })
+                    .await
+            }
+        });
+        until("先占住 a.txt 的修改应当开始", || {
+            queue.pending(&resolved) == 1
+        })
+        .await;
+
+        let registry = registry(vec![tools.write_tool()]);
+        let writer = tokio::spawn(async move {
+            call(
+                &registry,
+                "write",
+                json!({"path": "./a.txt", "content": "writer\n"}),
+            )
+            .await
+        });
+        until(
+            "write 必须在解析后的路径上排队：./a.txt 与 a.txt 是同一个文件，共用一个队列",
+            || queue.pending(&resolved) == 2,
+        )
+        .await;
+        assert_eq!(content_of(&target), "v0\n", "排队的 write 还不能动文件");
+
+        release.send(()).expect("先占住的修改还在等放行");
+        holder.await.expect("先占住的修改不应 panic");
+        let written = writer.await.expect("write 的任务不应 panic");
+        assert_eq!(
+            (written.is_error, content_of(&target)),
+            (false, "writer\n".to_string()),
+            "write 在排在它前面的修改之后执行"
+        );
+    }
+}
+
+mod edit {
+    use super::*;
+
+    const CODE: &str = "fn a() {}\nfn b() {}\nfn c() {}\n";
+
+    #[tokio::test]
+    async fn a_batch_is_matched_against_the_original_and_written_once() {
+        let scratch = Scratch::new("edit-batch");
+        let target = scratch.file("ws/lib.rs", CODE);
+        let witness = scratch.dir.join("witness.rs");
+        std::fs::hard_link(&target, &witness).expect("测试需要能建硬链接");
+        let tools = scratch.tools();
+        let registry = registry(vec![tools.edit_tool()]);
+
+        let edited = call(
+            &registry,
+            "edit",
+            json!({"path": "lib.rs", "edits": [
+                {"oldText": "fn c", "newText": "fn see"},
+                {"oldText": "fn a", "newText": "fn alpha"}
+            ]}),
+        )
+        .await;
+        let expected = "fn alpha() {}\nfn b() {}\nfn see() {}\n";
+        assert_eq!(
+            (body(&edited), edited.is_error),
+            ("已在 lib.rs 中替换 2 处".to_string(), false),
+            "edit 报告替换了几处"
+        );
+        assert_eq!(
+            content_of(&target),
+            expected,
+            "每个 oldText 在原文件里找到自己的位置，与在 edits 里的顺序无关"
+        );
+        assert_eq!(
+            edited.details,
+            Some(json!({
+                "path": "lib.rs", "edits": 2,
+                "oldBytes": CODE.len(), "newBytes": expected.len()
+            })),
+            "details 写明替换数与前后字节数"
+        );
+        assert_eq!(
+            content_of(&witness),
+            CODE,
+            "edit 也通过临时文件加 rename 写回，不原地改写"
+        );
+
+        let single = call(
+            &registry,
+            "edit",
+            json!({"path": "lib.rs", "oldText": "fn b()", "newText": "fn bee()"}),
+        )
+        .await;
+        assert_eq!(
+            (body(&single), content_of(&target)),
+            (
+                "已在 lib.rs 中替换 1 处".to_string(),
+                "fn alpha() {}\nfn bee() {}\nfn see() {}\n".to_string()
+            ),
+            "单个 oldText/newText 是只有一个修改的批次"
+        );
+
+        assert_eq!(
+            registry.definitions()[0].parameters,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "oldText": {"type": "string"},
+                    "newText": {"type": "string"},
+                    "edits": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "oldText": {"type": "string"},
+                                "newText": {"type": "string"}
+                            },
+                            "required": ["oldText", "newText"],
+                            "additionalProperties": false
+                        }
+                    }
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+            "edit 的参数沿用上游 pi 的名字：path、oldText、newText、edits"
+        );
+    }
+
+    #[tokio::test]
+    async fn any_failure_leaves_the_file_untouched() {
+        let original = "fn a() {}\nfn b() {}\nlet dup = 1;\nlet dup = 1;\n";
+        let scratch = Scratch::new("edit-refusals");
+        let target = scratch.file("ws/lib.rs", original);
+        let tools = scratch.tools();
+        let registry = registry(vec![tools.edit_tool()]);
+        let ok = json!({"oldText": "fn a", "newText": "fn z"});
+
+        let cases = [
+            (
+                json!({"path": "lib.rs", "edits": []}),
+                EDIT_NEEDS_EDITS.to_string(),
+            ),
+            (json!({"path": "lib.rs"}), EDIT_NEEDS_EDITS.to_string()),
+            (
+                json!({"path": "lib.rs", "oldText": "fn a"}),
+                EDIT_NEEDS_EDITS.to_string(),
+            ),
+            (
+                json!({"path": "lib.rs", "oldText": "fn a", "newText": "x", "edits": [ok]}),
+                EDIT_NEEDS_EDITS.to_string(),
+            ),
+            (
+                json!({"path": "lib.rs", "edits": [{"oldText": "fn a"}]}),
+                MUST_BE_EDITS.to_string(),
+            ),
+            (
+                json!({"path": "lib.rs", "edits": [ok, {"oldText": "", "newText": "?"}]}),
+                "第 2 个修改的 oldText 为空".to_string(),
+            ),
+            (
+                json!({"path": "lib.rs", "edits": [ok, {"oldText": "fn q", "newText": "?"}]}),
+                "第 2 个修改的 oldText 在 lib.rs 中找不到".to_string(),
+            ),
+            (
+                json!({"path": "lib.rs", "edits": [ok, {"oldText": "let dup = 1;", "newText": "?"}]}),
+                "第 2 个修改的 oldText 在 lib.rs 中出现了 2 次，必须恰好一次".to_string(),
+            ),
+            (
+                json!({"path": "lib.rs", "edits": [
+                    {"oldText": "fn a() {}\nfn b", "newText": "X"},
+                    {"oldText": "{}\nfn b() {}", "newText": "Y"}
+                ]}),
+                "第 1 个和第 2 个修改的 oldText 相互重叠".to_string(),
+            ),
+            // The second oldText exists only after the first edit: edits are matched against
+            // the original file, not one after another.
+            (
+                json!({"path": "lib.rs", "edits": [ok, {"oldText": "fn z", "newText": "fn y"}]}),
+                "第 2 个修改的 oldText 在 lib.rs 中找不到".to_string(),
+            ),
+        ];
+        for (arguments, reason) in cases {
+            let result = call(&registry, "edit", arguments.clone()).await;
+            assert_eq!(
+                content_of(&target),
+                original,
+                "{arguments}：任何一个修改失败，整个批次都不写，文件保持原样"
+            );
+            assert_eq!(
+                (body(&result), result.is_error),
+                (format!("Tool edit failed: {reason}"), true),
+                "{arguments} 必须失败，并给出指南里的原因"
+            );
+        }
+
+        let missing = call(
+            &registry,
+            "edit",
+            json!({"path": "nope.rs", "oldText": "a", "newText": "b"}),
+        )
+        .await;
+        assert!(
+            missing.is_error && body(&missing).starts_with("Tool edit failed: 无法读取 nope.rs："),
+            "不存在的文件不能 edit，实际：{}",
+            body(&missing)
+        );
+        assert!(
+            !scratch.ws().join("nope.rs").exists(),
+            "失败的 edit 不能凭空建出文件"
+        );
+    }
+
+    #[tokio::test]
+    async fn edit_reads_checks_and_writes_in_one_turn_of_the_queue() {
+        let scratch = Scratch::new("edit-queue");
+        let target = scratch.file("ws/notes.txt", "count = 1\n");
+        let tools = scratch.tools();
+        let resolved = tools
+            .workspace()
+            .resolve("notes.txt")
+            .expect("notes.txt 在 workspace 里面");
+        let queue = tools.queue().clone();
+        let (release, gate) = oneshot::channel::<()>();
+        // The mutation ahead in the queue changes the file the edit is waiting for.
+        let holder = tokio::spawn({
+            let (queue, resolved, target) = (queue.clone(), resolved.clone(), target.clone());
+            async move {
+                queue
+                    .run(&resolved, async {
+                        let _ = gate.await;
+                        std::fs::write(&target, "count = 2\n").expect("测试需要能写文件");
+                    })
+                    .await
+            }
+        });
+        until("先占住 notes.txt 的修改应当开始", || {
+            queue.pending(&resolved) == 1
+        })
+        .await;
+
+        let registry = registry(vec![tools.edit_tool()]);
+        let editor = tokio::spawn(async move {
+            call(
+                &registry,
+                "edit",
+                json!({"path": "notes.txt", "oldText": "count = 2", "newText": "count = 3"}),
+            )
+            .await
+        });
+        until(
+            "edit 必须和 write 在同一个修改队列里、按解析后的路径排队",
+            || queue.pending(&resolved) == 2,
+        )
+        .await;
+
+        release.send(()).expect("先占住的修改还在等放行");
+        holder.await.expect("先占住的修改不应 panic");
+        let edited = editor.await.expect("edit 的任务不应 panic");
+        assert_eq!(
+            (body(&edited), content_of(&target)),
+            (
+                "已在 notes.txt 中替换 1 处".to_string(),
+                "count = 3\n".to_string()
+            ),
+            "edit 在轮到自己之后才读文件：读、检查、写都在同一轮里"
+        );
+    }
+}
+
+mod bash {
+    use super::*;
+
+    /// Whether `pid` is a live process; a zombie counts as dead.
+    fn alive(pid: i32) -> bool {
+        if Path::new("/proc/self/stat").exists() {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                // The state letter follows the command name in parentheses.
+                Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| {
+                    !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))
+                }),
+                Err(_) => false,
+            }
+        } else {
+            // SAFETY: signal 0 only asks whether the process exists.
+            unsafe { libc::kill(pid, 0) == 0 }
+        }
+    }
+
+    /// The pid a command wrote into `file`, once the whole line is there.
+    fn pid_in(file: &Path) -> Option<i32> {
+        let text = std::fs::read_to_string(file).ok()?;
+        text.strip_suffix('\n')?.trim().parse().ok()
+    }
+
+    /// Kills a process left behind by a wrong implementation, so a failing test cleans up.
+    struct Reaper(PathBuf);
+
+    impl Drop for Reaper {
+        fn drop(&mut self) {
+            if let Some(pid) = pid_in(&self.0) {
+                if alive(pid) {
+                    // SAFETY: SIGKILL to the test's own leftover process.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+    }
+
+    fn cancellable(cancel: &CancellationToken) -> CallContext {
+        CallContext {
+            cancel: cancel.clone(),
+            ..CallContext::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_in_the_workspace_root_and_reports_output_and_exit_code() {
+        let scratch = Scratch::new("bash-basic");
+        let tools = scratch.tools();
+        let root = tools.workspace().root().display().to_string();
+        let registry = registry(vec![tools.bash_tool()]);
+
+        let pwd = call(&registry, "bash", json!({"command": "pwd -P"})).await;
+        assert_eq!(
+            (body(&pwd), pwd.is_error),
+            (format!("{root}\n"), false),
+            "命令在 workspace 根目录里运行，输出原样返回"
+        );
+        assert_eq!(
+            pwd.details,
+            Some(json!({
+                "command": "pwd -P", "exitCode": 0, "timedOut": false, "aborted": false,
+                "truncated": false, "outputBytes": root.len() + 1
+            })),
+            "details 写明命令、退出码和输出字节数"
+        );
+
+        let quiet = call(&registry, "bash", json!({"command": "true"})).await;
+        assert_eq!(
+            (body(&quiet), quiet.is_error),
+            (NO_OUTPUT.to_string(), false),
+            "成功而没有输出的命令返回“（无输出）”"
+        );
+
+        let failing = call(
+            &registry,
+            "bash",
+            json!({"command": "echo out; echo err >&2; exit 3"}),
+        )
+        .await;
+        let text = body(&failing);
+        let mut lines: Vec<&str> = text.lines().collect();
+        let status = lines.pop();
+        lines.sort_unstable();
+        assert_eq!(
+            (lines, status, failing.is_error),
+            (vec!["err", "out"], Some("[退出码 3]"), true),
+            "stdout 与 stderr 都收进输出，非零退出码写在最后一行，结果 isError 为 true"
+        );
+        assert_eq!(
+            failing.details.as_ref().map(|d| d["exitCode"].clone()),
+            Some(json!(3)),
+            "details.exitCode 是命令的退出码"
+        );
+
+        assert_eq!(
+            registry.definitions()[0].parameters,
+            json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string"},
+                    "timeout": {"type": "integer", "minimum": 1}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+            "bash 的参数沿用上游 pi 的名字：command 与以秒计的 timeout"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pre_cancelled_call_never_spawns() {
+        let scratch = Scratch::new("bash-precancel");
+        let tools = scratch.tools();
+        let registry = registry(vec![tools.bash_tool()]);
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+
+        let result = call_with(
+            &registry,
+            "bash",
+            json!({"command": "touch started.txt"}),
+            cancellable(&cancel),
+        )
+        .await;
+        assert_eq!(
+            (body(&result), result.is_error),
+            (CANCELLED_BEFORE_START.to_string(), true),
+            "预取消的调用不启动命令，直接说明没有运行"
+        );
+        assert_eq!(
+            result.details,
+            Some(json!({
+                "command": "touch started.txt", "exitCode": null, "timedOut": false,
+                "aborted": true, "truncated": false, "outputBytes": 0
+            })),
+            "预取消：aborted 为 true，没有退出码"
+        );
+        assert!(
+            !scratch.ws().join("started.txt").exists(),
+            "预取消时不能 spawn 子进程"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_truncation_note_counts_against_the_output_cap() {
+        let scratch = Scratch::new("bash-cap");
+        let tools = scratch.tools().with_limits(Limits {
+            max_bash_output_bytes: 200,
+            ..Limits::default()
+        });
+        let registry = registry(vec![tools.bash_tool()]);
+
+        let exact = call(&registry, "bash", json!({"command": "printf '%0200d' 0"})).await;
+        assert_eq!(
+            (
+                body(&exact),
+                exact.details.as_ref().map(|d| d["truncated"].clone())
+            ),
+            ("0".repeat(200), Some(json!(false))),
+            "正好 200 字节的输出不截断"
+        );
+
+        let command = "i=1; while [ $i -le 1000 ]; do echo $i; i=$((i+1)); done";
+        let long = call(&registry, "bash", json!({ "command": command })).await;
+        let full: String = (1..=1000).map(|n| format!("{n}\n")).collect();
+        let note = bash_truncation_note(full.len(), 200);
+        assert_eq!(
+            body(&long),
+            format!("{}{note}", &full[..200 - note.len()]),
+            "截断提示也算在上限里：保留的开头加上提示正好 200 字节"
+        );
+        assert_eq!(
+            long.details.as_ref().map(|d| (
+                d["truncated"].clone(),
+                d["outputBytes"].clone(),
+                d["exitCode"].clone()
+            )),
+            Some((json!(true), json!(full.len()), json!(0))),
+            "details.truncated 为 true，outputBytes 是命令实际写出的字节数"
+        );
+    }
+
+    #[tokio::test]
+    async fn timeout_and_cancellation_are_told_apart() {
+        let scratch = Scratch::new("bash-endings");
+        let tools = scratch.tools();
+        let registry = registry(vec![tools.bash_tool()]);
+
+        let timed = call(
+            &registry,
+            "bash",
+            json!({"command": "sleep 30", "timeout": 1}),
+        )
+        .await;
+        assert_eq!(
+            (body(&timed), timed.is_error),
+            ("[命令超时（1 秒），已终止它的进程组]".to_string(), true),
+            "超过 timeout 秒的命令被终止，结果说明是超时"
+        );
+        assert_eq!(
+            timed.details.as_ref().map(|d| (
+                d["timedOut"].clone(),
+                d["aborted"].clone(),
+                d["exitCode"].clone()
+            )),
+            Some((json!(true), json!(false), Value::Null)),
+            "超时：timedOut 为 true，aborted 为 false"
+        );
+
+        let cancel = CancellationToken::new();
+        let running = spawn_call(
+            &registry,
+            "bash",
+            json!({"command": "touch ready; sleep 30"}),
+            cancellable(&cancel),
+        );
+        let ready = scratch.ws().join("ready");
+        until("命令应当开始运行", || ready.exists()).await;
+        cancel.cancel();
+        let cancelled = tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("取消后命令必须被终止，调用随即返回")
+            .expect("bash 调用的任务不应 panic");
+        assert_eq!(
+            (body(&cancelled), cancelled.is_error),
+            (CANCELLED.to_string(), true),
+            "运行中被取消的命令被终止，结果说明是取消，不是超时"
+        );
+        assert_eq!(
+            cancelled
+                .details
+                .as_ref()
+                .map(|d| (d["timedOut"].clone(), d["aborted"].clone())),
+            Some((json!(false), json!(true))),
+            "取消：aborted 为 true，timedOut 为 false"
+        );
+    }
+
+    #[tokio::test]
+    async fn sigterm_first_then_sigkill_for_the_whole_group() {
+        let scratch = Scratch::new("bash-group");
+        // A generous grace: the shell's trap must get to run even on a loaded machine.
+        let tools = scratch.tools().with_limits(Limits {
+            kill_grace: Duration::from_secs(5),
+            ..Limits::default()
+        });
+        let registry = registry(vec![tools.bash_tool()]);
+        let ws = scratch.ws();
+        let _reaper = Reaper(ws.join("child.pid"));
+        // The shell cleans up on SIGTERM; its background child ignores SIGTERM.
+        let command = "trap 'echo term > got-term; exit 0' TERM; \
+                       sh -c 'trap \"\" TERM; echo $$ > child.pid; exec sleep 30' & wait";
+        let cancel = CancellationToken::new();
+        let running = spawn_call(
+            &registry,
+            "bash",
+            json!({ "command": command }),
+            cancellable(&cancel),
+        );
+        until("后台子进程应当开始运行", || {
+            pid_in(&ws.join("child.pid")).is_some()
+        })
+        .await;
+        cancel.cancel();
+        let finished = tokio::time::timeout(Duration::from_secs(5), running).await;
+        let cancelled = finished
+            .expect(
+                "取消后宽限期一过，必须用 SIGKILL 结束整个进程组：忽略 SIGTERM 的子进程还握着输出管道，调用会一直挂着",
+            )
+            .expect("bash 调用的任务不应 panic");
+        assert_eq!(body(&cancelled), CANCELLED, "结果说明命令被取消");
+        assert!(
+            ws.join("got-term").exists(),
+            "先发 SIGTERM：命令有机会运行自己的清理，然后才是 SIGKILL"
+        );
+        let child = pid_in(&ws.join("child.pid")).expect("child.pid 里有后台子进程的 pid");
+        until(
+            "忽略 SIGTERM 的后台子进程也必须被 SIGKILL 结束",
+            || !alive(child),
+        )
+        .await;
+    }
+}
+
+mod real_loop {
+    use super::*;
+
+    #[test]
+    fn the_registry_offers_the_four_tools_with_upstream_names() {
+        let scratch = Scratch::new("loop-registry");
+        let tools = scratch.tools();
+        let registry = tools.registry().expect("四个工具名互不相同");
+        let definitions = registry.definitions();
+        let names: Vec<&str> = definitions.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["read", "write", "edit", "bash"],
+            "Registry 按 read、write、edit、bash 的顺序注册四个工具"
+        );
+        let required: Vec<Value> = definitions
+            .iter()
+            .map(|d| d.parameters["required"].clone())
+            .collect();
+        assert_eq!(
+            required,
+            [
+                json!(["path"]),
+                json!(["path", "content"]),
+                json!(["path"]),
+                json!(["command"])
+            ],
+            "每个工具的必填参数沿用上游 pi 的名字"
+        );
+        assert_eq!(
+            definitions
+                .iter()
+                .map(|d| d.description.as_str())
+                .collect::<Vec<_>>(),
+            [
+                READ_DESCRIPTION,
+                WRITE_DESCRIPTION,
+                EDIT_DESCRIPTION,
+                BASH_DESCRIPTION
+            ],
+            "每个工具带着骨架给出的说明"
+        );
+    }
+
+    fn roles(messages: &[AgentMessage]) -> Vec<&'static str> {
+        messages
+            .iter()
+            .map(|message| match message {
+                AgentMessage::System(_) => "system",
+                AgentMessage::User(_) => "user",
+                AgentMessage::Assistant(_) => "assistant",
+                AgentMessage::ToolResult(_) => "toolResult",
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_scripted_run_reads_edits_and_checks_a_real_file() {
+        let scratch = Scratch::new("loop-run");
+        let original = "# Plan\n- write tests\n- ship\n";
+        let notes = scratch.file("ws/notes.md", original);
+        let tools = scratch.tools();
+        let model = ScriptedModel::new(vec![
+            ScriptedTurn::tool_calls(vec![tool_call(
+                "call_read",
+                "read",
+                json!({"path": "notes.md"}),
+            )]),
+            ScriptedTurn::tool_calls(vec![tool_call(
+                "call_edit",
+                "edit",
+                json!({"path": "notes.md", "edits": [
+                    {"oldText": "- write tests", "newText": "- write tests (done)"}
+                ]}),
+            )]),
+            ScriptedTurn::tool_calls(vec![tool_call(
+                "call_bash",
+                "bash",
+                json!({"command": "cat notes.md"}),
+            )]),
+            ScriptedTurn::text("notes.md updated"),
+        ]);
+        let context = AgentContext {
+            messages: vec![user_message("mark the tests done")],
+            ..AgentContext::default()
+        };
+        let options = AgentLoopOptions::new(
+            Arc::new(model.clone()),
+            tools.registry().expect("四个工具名互不相同"),
+            context,
+        );
+        let result = tokio::time::timeout(Duration::from_secs(5), run_agent_loop(options))
+            .await
+            .expect("脚本只有四个回合，循环应在 5 秒内结束");
+
+        let edited = "# Plan\n- write tests (done)\n- ship\n";
+        assert_eq!(content_of(&notes), edited, "edit 真的改了磁盘上的文件");
+        assert_eq!(
+            (result.reason, result.steps),
+            (RunReason::Stop, 4),
+            "三次工具往返之后模型 stop：四个模型回合"
+        );
+        assert_eq!(
+            roles(&result.messages),
+            [
+                "user",
+                "assistant",
+                "toolResult",
+                "assistant",
+                "toolResult",
+                "assistant",
+                "toolResult",
+                "assistant"
+            ],
+            "每个工具调用后面紧跟它的结果"
+        );
+        let paired: Vec<(String, String, String, bool)> = result
+            .messages
+            .iter()
+            .filter_map(|message| match message {
+                AgentMessage::ToolResult(result) => Some((
+                    result.tool_call_id.clone(),
+                    result.tool_name.clone(),
+                    body(result),
+                    result.is_error,
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            paired,
+            [
+                (
+                    "call_read".into(),
+                    "read".into(),
+                    original.to_string(),
+                    false
+                ),
+                (
+                    "call_edit".into(),
+                    "edit".into(),
+                    "已在 notes.md 中替换 1 处".into(),
+                    false
+                ),
+                ("call_bash".into(), "bash".into(), edited.to_string(), false)
+            ],
+            "每个调用恰好一条配对结果：read 读到原文，edit 改好，bash 看到的是改过的文件"
+        );
+        let requests = model.requests();
+        let offered: Vec<&str> = requests[0].tools.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            offered,
+            ["read", "write", "edit", "bash"],
+            "模型在第一次请求里就看到四个工具"
+        );
+        assert_eq!(
+            requests[1].messages.last(),
+            result.messages.get(2),
+            "第二次请求带着 read 的结果：模型是读过文件之后才决定怎么改的"
+        );
+    }
+}
