@@ -212,7 +212,10 @@ fn print_summary(report: &Report) {
         report.seconds
     );
     // The plain closing line CI runners read: chapters proven, chapters failed.
-    println!("verify: {} passed, {failed} failed", report.chapters.len() - failed);
+    println!(
+        "verify: {} passed, {failed} failed",
+        report.chapters.len() - failed
+    );
 }
 
 fn verify_chapter(course: &Course, chapter: &Chapter, out: &Out) -> Result<ChapterReport, Failure> {
