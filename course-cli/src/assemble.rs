@@ -296,7 +296,7 @@ fn stamp(snapshot: &mut Snapshot, catalog: &Catalog, chapter: &Chapter, state: S
         chapters: chain.iter().map(|step| step.tests()).collect(),
         injected,
     };
-    let mut json = serde_json::to_vec_pretty(&stamp).expect("a stamp always serialises");
+    let mut json = serde_json::to_vec_pretty(&stamp.to_json()).expect("a stamp always serialises");
     json.push(b'\n');
     snapshot.insert(WorkspacePath::new(STAMP_FILE), json);
 }

@@ -106,15 +106,29 @@ struct RawGroup {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawChapter {
+    #[serde(deserialize_with = "chapter_id")]
     id: ChapterId,
     slug: String,
     title: String,
     mode: Mode,
     files: Vec<CrateFile>,
     edit: Option<Vec<CrateFile>>,
+    #[serde(default, deserialize_with = "optional_chapter_id")]
     shows: Option<ChapterId>,
     labs: Option<Vec<RawGroup>>,
     groups: Option<Vec<RawGroup>>,
+}
+
+/// `"06"` in the manifest, read with the one chapter-id rule.
+fn chapter_id<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ChapterId, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(serde::de::Error::custom)
+}
+
+fn optional_chapter_id<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ChapterId>, D::Error> {
+    chapter_id(deserializer).map(Some)
 }
 
 #[derive(Deserialize)]

@@ -293,7 +293,7 @@ fn solved_before_keeps_earlier_labs_from_the_reference() {
     );
 
     let snapshot = assemble::practice_solved_before(&catalog, &data, two, lab("2.2")).unwrap();
-    let stamp: Stamp = serde_json::from_slice(&snapshot[STAMP_FILE]).unwrap();
+    let stamp = Stamp::from_json_bytes(&snapshot[STAMP_FILE]).unwrap();
     assert_eq!(stamp.state, "solved before Lab 2.2");
 }
 
@@ -302,7 +302,7 @@ fn stamp_records_chain_hashes_and_pristine_copies() {
     let data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
     let practice = assemble::practice(&catalog, &data, catalog.get(id("02")).unwrap()).unwrap();
-    let stamp: Stamp = serde_json::from_slice(&practice[STAMP_FILE]).unwrap();
+    let stamp = Stamp::from_json_bytes(&practice[STAMP_FILE]).unwrap();
     assert_eq!(stamp.chapter, id("02"));
     assert_eq!(stamp.state, "rebuild");
     let ids: Vec<String> = stamp.chapters.iter().map(|t| t.id.to_string()).collect();

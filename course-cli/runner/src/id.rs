@@ -3,8 +3,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
 /// A chapter number, 0–99, written with two digits (`06`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ChapterId(u8);
@@ -129,26 +127,6 @@ impl fmt::Display for LabId {
     }
 }
 
-macro_rules! serde_as_string {
-    ($type:ty) => {
-        impl Serialize for $type {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.collect_str(self)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $type {
-            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(deserializer)?;
-                text.parse().map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
-
-serde_as_string!(ChapterId);
-serde_as_string!(LabId);
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,8 +161,5 @@ mod tests {
         for bad in ["6", "6.0", "6.", ".2", "x.1", "6.2.1"] {
             assert!(bad.parse::<LabId>().is_err(), "`{bad}` must be refused");
         }
-        let json = serde_json::to_string(&lab).unwrap();
-        assert_eq!(json, "\"6.3\"");
-        assert_eq!(serde_json::from_str::<LabId>(&json).unwrap(), lab);
     }
 }

@@ -5,7 +5,7 @@
 //! and runs [`practice::main`] as its `cargo xtask`. What a learner's `cargo xtask test 06`
 //! reports is therefore computed by exactly the code instructors verify with.
 //!
-//! Depends on std, serde and serde_json only (see `Cargo.toml`).
+//! Depends on std and serde_json only (see `Cargo.toml`).
 
 pub mod cargo;
 pub mod exit;
@@ -20,4 +20,6 @@ pub use exit::Exit;
 pub use id::{ChapterId, IdError, LabId};
 pub use judge::GroupReport;
 pub use libtest::{TestOutcome, Verdict};
-pub use spec::{content_hash, ChapterTests, GroupSpec, Stamp, LEARNER_PACKAGE, STAMP_FILE};
+pub use spec::{
+    content_hash, ChapterTests, GroupSpec, Stamp, StampError, LEARNER_PACKAGE, STAMP_FILE,
+};

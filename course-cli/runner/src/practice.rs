@@ -113,9 +113,9 @@ fn load_stamp(root: &Path) -> Result<Stamp, Refusal> {
     let path = root.join(STAMP_FILE);
     let text = std::fs::read_to_string(&path)
         .map_err(|e| Refusal(format!("读取 {} 失败（{e}）", path.display())))?;
-    let stamp: Stamp = serde_json::from_str(&text).map_err(|_| {
+    let stamp = Stamp::from_json_bytes(text.as_bytes()).map_err(|error| {
         Refusal(format!(
-            "{} 已损坏或来自旧版本的 practice；请用 practice 重新生成一个工作区，再把你的代码复制过去",
+            "{} 已损坏或来自旧版本的 practice（{error}）；请用 practice 重新生成一个工作区，再把你的代码复制过去",
             path.display()
         ))
     })?;
