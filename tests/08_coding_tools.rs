@@ -127,6 +127,46 @@ async fn until(rule: &str, mut condition: impl FnMut() -> bool) {
     assert!(waited.is_ok(), "{rule}（等了 5 秒也没有等到）");
 }
 
+/// A mutation that occupies `path` in the queue until it is released, then writes `content`
+/// to `file`: lets a test prove that a tool really waits its turn, without any timing.
+struct HeldPath {
+    release: oneshot::Sender<()>,
+    holder: tokio::task::JoinHandle<()>,
+}
+
+impl HeldPath {
+    async fn occupy(
+        queue: &MutationQueue,
+        path: &Path,
+        file: &Path,
+        content: &'static str,
+    ) -> Self {
+        let (release, gate) = oneshot::channel::<()>();
+        let holder = tokio::spawn({
+            let (queue, path, file) = (queue.clone(), path.to_path_buf(), file.to_path_buf());
+            async move {
+                queue
+                    .run(&path, async {
+                        let _ = gate.await;
+                        std::fs::write(&file, content).expect("测试需要能写文件");
+                    })
+                    .await
+            }
+        });
+        until("先占住这个路径的修改应当开始", || {
+            queue.pending(path) == 1
+        })
+        .await;
+        HeldPath { release, holder }
+    }
+
+    /// Lets the held mutation write and finish.
+    async fn release(self) {
+        self.release.send(()).expect("先占住的修改还在等放行");
+        self.holder.await.expect("先占住的修改不应 panic");
+    }
+}
+
 fn outside(path: &str) -> ToolError {
     ToolError::new(format!("{OUTSIDE_WORKSPACE}：{path}"))
 }
@@ -729,22 +769,7 @@ mod write {
             .resolve("a.txt")
             .expect("a.txt 在 workspace 里面");
         let queue = tools.queue().clone();
-        let (release, gate) = oneshot::channel::<()>();
-        let holder = tokio::spawn({
-            let (queue, resolved, target) = (queue.clone(), resolved.clone(), target.clone());
-            async move {
-                queue
-                    .run(&resolved, async {
-                        let _ = gate.await;
-                        std::fs::write(&target, "holder\n").expect("测试需要能写文件");
-                    })
-                    .await
-            }
-        });
-        until("先占住 a.txt 的修改应当开始", || {
-            queue.pending(&resolved) == 1
-        })
-        .await;
+        let held = HeldPath::occupy(&queue, &resolved, &target, "holder\n").await;
 
         let registry = registry(vec![tools.write_tool()]);
         let writer = tokio::spawn(async move {
@@ -762,8 +787,7 @@ mod write {
         .await;
         assert_eq!(content_of(&target), "v0\n", "排队的 write 还不能动文件");
 
-        release.send(()).expect("先占住的修改还在等放行");
-        holder.await.expect("先占住的修改不应 panic");
+        held.release().await;
         let written = writer.await.expect("write 的任务不应 panic");
         assert_eq!(
             (written.is_error, content_of(&target)),
@@ -958,23 +982,8 @@ mod edit {
             .resolve("notes.txt")
             .expect("notes.txt 在 workspace 里面");
         let queue = tools.queue().clone();
-        let (release, gate) = oneshot::channel::<()>();
         // The mutation ahead in the queue changes the file the edit is waiting for.
-        let holder = tokio::spawn({
-            let (queue, resolved, target) = (queue.clone(), resolved.clone(), target.clone());
-            async move {
-                queue
-                    .run(&resolved, async {
-                        let _ = gate.await;
-                        std::fs::write(&target, "count = 2\n").expect("测试需要能写文件");
-                    })
-                    .await
-            }
-        });
-        until("先占住 notes.txt 的修改应当开始", || {
-            queue.pending(&resolved) == 1
-        })
-        .await;
+        let held = HeldPath::occupy(&queue, &resolved, &target, "count = 2\n").await;
 
         let registry = registry(vec![tools.edit_tool()]);
         let editor = tokio::spawn(async move {
@@ -991,8 +1000,7 @@ mod edit {
         )
         .await;
 
-        release.send(()).expect("先占住的修改还在等放行");
-        holder.await.expect("先占住的修改不应 panic");
+        held.release().await;
         let edited = editor.await.expect("edit 的任务不应 panic");
         assert_eq!(
             (body(&edited), content_of(&target)),
