@@ -794,6 +794,37 @@ mod write {
             (false, "writer\n".to_string()),
             "write 在排在它前面的修改之后执行"
         );
+
+        // Only the last operation out may remove the path's slot.
+        let first = HeldPath::occupy(&queue, &resolved, &target, "first\n").await;
+        let (second_release, second_gate) = oneshot::channel::<()>();
+        let second = tokio::spawn({
+            let (queue, resolved) = (queue.clone(), resolved.clone());
+            async move {
+                queue
+                    .run(&resolved, async {
+                        let _ = second_gate.await;
+                    })
+                    .await
+            }
+        });
+        until("第二个修改应当排在第一个后面", || {
+            queue.pending(&resolved) == 2
+        })
+        .await;
+        first.release().await;
+        until(
+            "第一个修改离开后，还在运行的第二个仍占着这个路径：只有最后一个离开的才能移除槽位",
+            || queue.pending(&resolved) == 1,
+        )
+        .await;
+        second_release.send(()).expect("第二个修改还在等放行");
+        second.await.expect("第二个修改不应 panic");
+        assert_eq!(
+            queue.pending(&resolved),
+            0,
+            "全部完成后这个路径上没有排队的修改"
+        );
     }
 }
 
@@ -969,6 +1000,24 @@ mod edit {
         assert!(
             !scratch.ws().join("nope.rs").exists(),
             "失败的 edit 不能凭空建出文件"
+        );
+
+        let touching = call(
+            &registry,
+            "edit",
+            json!({"path": "lib.rs", "edits": [
+                {"oldText": "fn a", "newText": "fn x"},
+                {"oldText": "() {}\nfn b", "newText": "()\nfn y"}
+            ]}),
+        )
+        .await;
+        assert_eq!(
+            (touching.is_error, content_of(&target)),
+            (
+                false,
+                "fn x()\nfn y() {}\nlet dup = 1;\nlet dup = 1;\n".to_string()
+            ),
+            "首尾相接的两处修改不算重叠：一个结束的位置正好是下一个开始的位置"
         );
     }
 
@@ -1196,6 +1245,30 @@ mod bash {
             )),
             Some((json!(true), json!(full.len()), json!(0))),
             "details.truncated 为 true，outputBytes 是命令实际写出的字节数"
+        );
+
+        // The cut never splits a character: it backs up to the last whole one.
+        let wide = "i=0; while [ $i -lt 100 ]; do printf '字'; i=$((i+1)); done";
+        let wide = call(&registry, "bash", json!({ "command": wide })).await;
+        let note = bash_truncation_note(300, 200);
+        assert_ne!(
+            (200 - note.len()) % 3,
+            0,
+            "test premise: the cap falls inside a character"
+        );
+        assert_eq!(
+            body(&wide),
+            format!("{}{note}", "字".repeat((200 - note.len()) / 3)),
+            "截断落在一个汉字中间时退回到完整的字符，总长不超过上限"
+        );
+
+        // Output keeps being read until both streams are closed, not just the first one.
+        let split = "echo early; exec 1>&-; sleep 0.2; echo late >&2";
+        let split = call(&registry, "bash", json!({ "command": split })).await;
+        assert_eq!(
+            body(&split),
+            "early\nlate\n",
+            "stdout 先关闭后，stderr 后来的输出仍要读完：两个流都关闭才算结束"
         );
     }
 
