@@ -156,7 +156,7 @@ pub fn reference(
 
 /// Workspace path of a chapter's held-out tests, named apart from the acceptance tests.
 pub fn held_out_path(chapter: &Chapter) -> WorkspacePath {
-    CrateFile::new(format!("tests/held_out_{}.rs", chapter.test_target())).in_workspace()
+    CrateFile::new(format!("tests/{}.rs", held_out_target(chapter))).in_workspace()
 }
 
 /// The held-out test target name inside a workspace.

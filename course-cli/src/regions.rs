@@ -26,7 +26,7 @@ use std::fmt;
 
 use course_runner::LabId;
 
-const REGION: &str = "// region: Lab ";
+const REGION: &str = "// region:";
 const END: &str = "// endregion";
 const STUB: &str = "// stub:";
 const SKELETON: &str = "// skeleton:";
@@ -130,7 +130,6 @@ fn is_marker(trimmed: &str) -> bool {
     [REGION, END, STUB, SKELETON]
         .iter()
         .any(|marker| trimmed.starts_with(marker))
-        || trimmed.starts_with("// region:")
 }
 
 impl RegionSource {
@@ -142,7 +141,7 @@ impl RegionSource {
             let number = index + 1;
             let trimmed = raw.trim_start();
             let indent = raw[..raw.len() - trimmed.len()].to_string();
-            let line = if let Some(header) = trimmed.strip_prefix("// region:") {
+            let line = if let Some(header) = trimmed.strip_prefix(REGION) {
                 open.push(parse_header(header.trim(), number, indent)?);
                 continue;
             } else if trimmed.starts_with(END) {

@@ -8,7 +8,6 @@
 //! workspace holds no region body of N; every entry of N's mistake catalogue is killed.
 
 use std::io::Write as _;
-use std::process::Command;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -424,10 +423,7 @@ fn lint(runner: &CargoRunner) -> Vec<String> {
         )),
         Err(error) => problems.push(format!("无法运行 clippy：{error}")),
     }
-    let mut fmt = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    fmt.args(["fmt", "--all", "--check"])
-        .current_dir(&runner.workspace);
-    match fmt.output() {
+    match runner.plain("fmt").args(["--all", "--check"]).output() {
         Ok(output) if output.status.success() => {}
         Ok(output) => problems.push(format!(
             "rustfmt：{}",
@@ -481,20 +477,8 @@ fn practice_command(chapter: &Chapter, runner: &CargoRunner, problems: &mut Vec<
     let Some(first) = chapter.groups.first() else {
         return false;
     };
-    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    command
-        .args([
-            "xtask",
-            "test",
-            &chapter.id.to_string(),
-            "--group",
-            &first.name,
-        ])
-        .current_dir(&runner.workspace)
-        .env_remove("RUSTFLAGS");
-    if let Some(target_dir) = &runner.target_dir {
-        command.env("CARGO_TARGET_DIR", target_dir);
-    }
+    let mut command = runner.plain("xtask");
+    command.args(["test", &chapter.id.to_string(), "--group", &first.name]);
     let output = match command.output() {
         Ok(output) => output,
         Err(error) => {

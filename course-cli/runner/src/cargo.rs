@@ -71,19 +71,24 @@ impl CargoRunner {
         }
     }
 
-    /// `cargo <subcommand> --locked …` in the workspace, with the course's environment.
-    pub fn command(&self, subcommand: &str) -> Command {
+    /// `cargo <subcommand>` in the workspace with the course's environment, for subcommands
+    /// that take no `--locked` (`fmt`, the `xtask` alias).
+    pub fn plain(&self, subcommand: &str) -> Command {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut command = Command::new(cargo);
-        command
-            .current_dir(&self.workspace)
-            .arg(subcommand)
-            .arg("--locked");
+        command.current_dir(&self.workspace).arg(subcommand);
         if let Some(target_dir) = &self.target_dir {
             command.env("CARGO_TARGET_DIR", target_dir);
         }
         // A learner's RUSTFLAGS (say `-D warnings`) must not decide the course's verdicts.
         command.env_remove("RUSTFLAGS");
+        command
+    }
+
+    /// `cargo <subcommand> --locked …` in the workspace, with the course's environment.
+    pub fn command(&self, subcommand: &str) -> Command {
+        let mut command = self.plain(subcommand);
+        command.arg("--locked");
         command
     }
 

@@ -24,19 +24,19 @@ pub enum IdError {
     MalformedLab(String),
 }
 
-/// Inputs are echoed in messages; a pasted wall of digits must not flood the terminal.
-fn echo(input: &str) -> String {
-    const MAX: usize = 16;
+/// An input echoed in a message: one line (control characters become `?`) and at most
+/// `max` characters, so a pasted wall of digits or a name with a newline cannot flood or split
+/// the one-line refusal.
+pub fn one_line(input: &str, max: usize) -> String {
     let single_line: String = input
         .chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    if single_line.chars().count() > MAX {
-        let head: String = single_line.chars().take(MAX).collect();
-        format!("{head}…")
-    } else {
-        single_line
-    }
+    crate::libtest::shorten(&single_line, max)
+}
+
+fn echo(input: &str) -> String {
+    one_line(input, 16)
 }
 
 impl fmt::Display for IdError {

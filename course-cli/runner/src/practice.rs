@@ -98,7 +98,7 @@ fn parse_args(args: &[String]) -> Result<Request, Refusal> {
 
 /// An argument echoed back: one line, not a screenful.
 fn shown(arg: &str) -> String {
-    crate::libtest::shorten(&arg.replace(['\n', '\r'], "?"), 24)
+    crate::id::one_line(arg, 24)
 }
 
 /// The practice workspace containing `start`: the nearest ancestor holding the stamp.
