@@ -1282,3 +1282,814 @@ mod sse {
         .await;
     }
 }
+
+mod http_request {
+    use super::*;
+    use pi_course::http_transport::{
+        build_request, chat_completions_url, redact, request_body, Endpoint, DEFAULT_BASE_URL,
+    };
+
+    const KEY: &str = "sk-test-0123456789";
+
+    fn chat_request(tools: Option<Vec<Value>>) -> ProviderRequest {
+        ProviderRequest {
+            model: "gpt-test".into(),
+            messages: vec![
+                json!({"role": "system", "content": "SYS"}),
+                json!({"role": "user", "content": "你好"}),
+            ],
+            tools,
+        }
+    }
+
+    fn read_tool() -> Value {
+        json!({"type": "function", "function": {
+            "name": "read",
+            "description": "Read a file",
+            "parameters": {"type": "object"},
+        }})
+    }
+
+    // Kills: a doubled `//` when the base URL ends in `/`, trimming only one slash, and a path
+    // other than `/chat/completions`.
+    #[test]
+    fn chat_completions_url_with_or_without_trailing_slash() {
+        assert_eq!(
+            chat_completions_url("http://127.0.0.1:8080/v1"),
+            "http://127.0.0.1:8080/v1/chat/completions",
+            "URL 是 base URL 后面接 /chat/completions"
+        );
+        assert_eq!(
+            chat_completions_url("http://127.0.0.1:8080/v1/"),
+            "http://127.0.0.1:8080/v1/chat/completions",
+            "base URL 以 / 结尾时不能拼出 //chat/completions"
+        );
+        assert_eq!(
+            chat_completions_url("http://127.0.0.1:8080/v1//"),
+            "http://127.0.0.1:8080/v1/chat/completions",
+            "base URL 末尾的 / 全部去掉，不止去掉一个"
+        );
+        assert_eq!(
+            chat_completions_url(DEFAULT_BASE_URL),
+            "https://api.openai.com/v1/chat/completions",
+            "默认 base URL 得到 OpenAI 的 chat/completions 地址"
+        );
+    }
+
+    // Kills: `stream` missing or false, no `stream_options.include_usage`, an empty `tools`
+    // array (or `null`) when there are no tools, and tools dropped when there are some.
+    #[test]
+    fn request_body_asks_for_a_stream_with_usage() {
+        let body = request_body(&chat_request(None));
+        assert_eq!(
+            body["stream"],
+            json!(true),
+            "请求体必须带 \"stream\": true，否则服务商不会流式回答"
+        );
+        assert_eq!(
+            body["stream_options"],
+            json!({"include_usage": true}),
+            "请求体必须带 stream_options.include_usage = true，否则流式回答里没有 usage"
+        );
+        assert_eq!(
+            body.get("tools"),
+            None,
+            "没有工具时请求体里不能有 tools 字段（空数组和 null 都不行）"
+        );
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-test",
+                "messages": [
+                    {"role": "system", "content": "SYS"},
+                    {"role": "user", "content": "你好"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            }),
+            "请求体恰好是 model、messages、stream、stream_options 四个字段"
+        );
+
+        let body = request_body(&chat_request(Some(vec![read_tool()])));
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-test",
+                "messages": [
+                    {"role": "system", "content": "SYS"},
+                    {"role": "user", "content": "你好"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [read_tool()],
+            }),
+            "有工具时请求体带上 tools，内容就是 ProviderRequest 里的工具数组"
+        );
+    }
+
+    // Kills: the key in the body or the URL, an `authorization` value without `Bearer `, a
+    // capitalised header name, a missing `accept`, and a body that is not the request's JSON.
+    #[test]
+    fn build_request_puts_the_key_only_in_the_authorization_header() {
+        let endpoint = Endpoint::new("http://127.0.0.1:8080/v1/", KEY);
+        let request = chat_request(Some(vec![read_tool()]));
+        let http = build_request(&endpoint, &request);
+        assert_eq!(
+            http.url, "http://127.0.0.1:8080/v1/chat/completions",
+            "URL 由 chat_completions_url(base_url) 得到，里面没有密钥"
+        );
+        let bearer = format!("Bearer {KEY}");
+        assert_eq!(
+            http.header("authorization"),
+            Some(bearer.as_str()),
+            "密钥放在 authorization 头里，值是 Bearer <key>，头名一律小写"
+        );
+        let mut headers = http.headers.clone();
+        headers.sort();
+        assert_eq!(
+            headers,
+            vec![
+                ("accept".to_string(), "text/event-stream".to_string()),
+                ("authorization".to_string(), bearer.clone()),
+                ("content-type".to_string(), "application/json".to_string()),
+            ],
+            "请求头恰好三个（头名小写）：authorization、content-type: application/json、accept: text/event-stream"
+        );
+        let text = String::from_utf8_lossy(&http.body).into_owned();
+        assert!(
+            !text.contains(KEY),
+            "密钥只能出现在 authorization 头里，不能进请求体：{text}"
+        );
+        let body: Value = serde_json::from_slice(&http.body).expect("请求体必须是合法的 JSON");
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-test",
+                "messages": [
+                    {"role": "system", "content": "SYS"},
+                    {"role": "user", "content": "你好"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [read_tool()],
+            }),
+            "请求体就是 request_body 的 JSON 序列化"
+        );
+    }
+
+    // Kills: redacting only the first occurrence, and replacing an empty key (which puts
+    // `[REDACTED]` before and after every character).
+    #[test]
+    fn redact_hides_every_occurrence_and_ignores_an_empty_key() {
+        assert_eq!(
+            redact(
+                &format!("Incorrect API key provided: {KEY}. You passed {KEY}."),
+                KEY
+            ),
+            "Incorrect API key provided: [REDACTED]. You passed [REDACTED].",
+            "密钥每一次出现都要换成 [REDACTED]，不只第一次"
+        );
+        assert_eq!(
+            redact("nothing secret here", KEY),
+            "nothing secret here",
+            "不含密钥的文字原样返回"
+        );
+        assert_eq!(
+            redact("Bearer ok", ""),
+            "Bearer ok",
+            "空密钥什么也不替换：替换空串会在每个字符的前后都插进 [REDACTED]"
+        );
+    }
+}
+
+mod http_stream {
+    use super::*;
+    use pi_course::http_transport::{
+        status_error, BodyChunk, Endpoint, HttpClient, HttpFuture, HttpRequest, HttpResponse,
+        HttpTransport,
+    };
+    use pi_course::provider_adapter::ChunkResult;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const KEY: &str = "sk-live-0123456789";
+    const BASE: &str = "http://127.0.0.1:8080/v1";
+
+    /// One scripted step of a response body.
+    enum Read {
+        Bytes(Vec<u8>),
+        /// The read fails: the connection broke after the status line.
+        Fail(String),
+        Wait(Duration),
+        /// The body stays open and sends nothing more, until its reader drops it.
+        Stall,
+    }
+
+    enum Reply {
+        Status(u16, Vec<Read>),
+        /// `post` itself fails: refused, DNS, TLS.
+        Refused(String),
+        /// The status line never arrives.
+        Silent,
+    }
+
+    /// Sets the flag when dropped: the reader let go of what it was waiting for.
+    struct Release(Arc<AtomicBool>);
+
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// In-memory `HttpClient`: records every request the moment `post` is called and answers
+    /// the first one with the scripted reply.
+    struct FakeHttp {
+        reply: Mutex<Option<Reply>>,
+        requests: Mutex<Vec<HttpRequest>>,
+        released: Arc<AtomicBool>,
+    }
+
+    impl FakeHttp {
+        fn new(reply: Reply) -> Arc<FakeHttp> {
+            Arc::new(FakeHttp {
+                reply: Mutex::new(Some(reply)),
+                requests: Mutex::new(Vec::new()),
+                released: Arc::new(AtomicBool::new(false)),
+            })
+        }
+
+        fn requests(&self) -> Vec<HttpRequest> {
+            self.requests.lock().expect("测试替身的锁不会中毒").clone()
+        }
+
+        /// Waits up to a second for the reader to drop the body (or the pending answer).
+        async fn released_soon(&self) -> bool {
+            tokio::time::timeout(Duration::from_secs(1), async {
+                while !self.released.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .is_ok()
+        }
+    }
+
+    impl HttpClient for FakeHttp {
+        fn post(&self, request: HttpRequest) -> HttpFuture {
+            self.requests
+                .lock()
+                .expect("测试替身的锁不会中毒")
+                .push(request);
+            let reply = self.reply.lock().expect("测试替身的锁不会中毒").take();
+            let released = Arc::clone(&self.released);
+            Box::pin(async move {
+                match reply {
+                    None => Err("the fake answers one request only".to_string()),
+                    Some(Reply::Refused(error)) => Err(error),
+                    Some(Reply::Silent) => {
+                        let _release = Release(released);
+                        std::future::pending().await
+                    }
+                    Some(Reply::Status(status, reads)) => {
+                        let (sender, body) = mpsc::channel(1);
+                        tokio::spawn(feed(sender, reads, released));
+                        Ok(HttpResponse { status, body })
+                    }
+                }
+            })
+        }
+    }
+
+    /// Plays the body; dropping `sender` at the end ends the body.
+    async fn feed(sender: mpsc::Sender<BodyChunk>, reads: Vec<Read>, released: Arc<AtomicBool>) {
+        for read in reads {
+            let open = match read {
+                Read::Bytes(bytes) => sender.send(Ok(bytes)).await.is_ok(),
+                Read::Fail(error) => sender.send(Err(error)).await.is_ok(),
+                Read::Wait(pause) => tokio::select! {
+                    _ = tokio::time::sleep(pause) => true,
+                    _ = sender.closed() => false,
+                },
+                Read::Stall => {
+                    sender.closed().await;
+                    false
+                }
+            };
+            if !open {
+                released.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+
+    fn transport_over(client: &Arc<FakeHttp>) -> HttpTransport {
+        HttpTransport::new(Endpoint::new(BASE, KEY), client.clone())
+    }
+
+    fn model_over(client: &Arc<FakeHttp>) -> OpenAiCompatibleModel {
+        OpenAiCompatibleModel::new("openai", "gpt-test", Arc::new(transport_over(client)))
+    }
+
+    fn provider_request() -> ProviderRequest {
+        ProviderRequest {
+            model: "gpt-test".into(),
+            messages: vec![json!({"role": "user", "content": "hi"})],
+            tools: None,
+        }
+    }
+
+    fn ask() -> AgentContext {
+        context_of(vec![user_message("hi")])
+    }
+
+    /// Everything the transport sends until its channel closes.
+    async fn drain(mut chunks: ChunkReceiver) -> Vec<ChunkResult> {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            let mut items = Vec::new();
+            while let Some(item) = chunks.recv().await {
+                items.push(item);
+            }
+            items
+        })
+        .await
+        .expect("5 秒内 transport 的通道没有关闭：pump 卡在了某个 await 上（没看取消令牌，或者不停地读响应体）")
+    }
+
+    fn sse(payload: &str) -> Vec<u8> {
+        format!("data: {payload}\n\n").into_bytes()
+    }
+
+    fn text_payload(delta: &str) -> String {
+        json!({"choices": [{"index": 0, "delta": {"content": delta}}]}).to_string()
+    }
+
+    fn aborted() -> ChunkResult {
+        Err(TransportError::new("Request was aborted"))
+    }
+
+    // Kills: truncating before redacting (half a key survives the cut), no `…`, a cut by bytes
+    // instead of characters, `…` on a body of exactly 200 characters, whitespace kept as it
+    // came, and `HTTP 503: ` with nothing after the colon.
+    #[test]
+    fn status_error_redacts_then_cuts_to_200_chars() {
+        let echoed = format!(
+            r#"{{"error": {{"message": "Incorrect API key provided: {KEY}", "code": "invalid_api_key"}}}}"#
+        );
+        assert_eq!(
+            status_error(401, echoed.as_bytes(), KEY),
+            TransportError::new(
+                r#"HTTP 401: {"error": {"message": "Incorrect API key provided: [REDACTED]", "code": "invalid_api_key"}}"#
+            ),
+            "非 2xx 的错误是 HTTP <状态码>: <响应体摘录>，摘录里的密钥换成 [REDACTED]"
+        );
+        assert_eq!(
+            status_error(502, b"  upstream\r\n\n  timed \t out \n", KEY),
+            TransportError::new("HTTP 502: upstream timed out"),
+            "摘录里连续的空白（含换行）合成一个空格，首尾的空白去掉"
+        );
+        assert_eq!(
+            status_error(503, b" \r\n ", KEY),
+            TransportError::new("HTTP 503"),
+            "响应体为空（或只有空白）时错误就是 HTTP <状态码>，后面没有冒号"
+        );
+        let exact = "错".repeat(200);
+        assert_eq!(
+            status_error(500, exact.as_bytes(), KEY),
+            TransportError::new(format!("HTTP 500: {exact}")),
+            "恰好 200 个字符的摘录不截断，也不加 …"
+        );
+        let long = "错".repeat(201);
+        assert_eq!(
+            status_error(500, long.as_bytes(), KEY),
+            TransportError::new(format!("HTTP 500: {}…", "错".repeat(200))),
+            "超过 200 个字符（按字符数，不是字节数）时只留前 200 个字符，再加 …"
+        );
+        let straddle = format!("{}{KEY} and more", "a".repeat(195));
+        let error = status_error(500, straddle.as_bytes(), KEY);
+        assert!(
+            !error.0.contains("sk-"),
+            "密钥横跨截断位置时也不能留下半截：先脱敏，再截断（得到的是 {error}）"
+        );
+        assert_eq!(
+            error,
+            TransportError::new(format!("HTTP 500: {}[REDA…", "a".repeat(195))),
+            "先脱敏再截断：截断落在 [REDACTED] 中间也没关系"
+        );
+    }
+
+    // Kills: treating only 200 as success, treating 3xx as success, an error body read without
+    // limit (the server keeps it open), a body that ends without a final blank line losing its
+    // last event, and an error text without the redacted excerpt.
+    #[tokio::test]
+    async fn non_2xx_answer_becomes_an_http_status_error() {
+        let echoed = format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#)
+            .into_bytes();
+        // The key straddles the two reads.
+        let (left, right) = echoed.split_at(55);
+        let client = FakeHttp::new(Reply::Status(
+            401,
+            vec![Read::Bytes(left.to_vec()), Read::Bytes(right.to_vec())],
+        ));
+        let stream = model_over(&client).stream(&ask(), StreamOptions::default());
+        let events = within(collect(&stream)).await;
+        let result = stream.result().await;
+        assert_eq!(
+            (result.stop_reason, result.error_message.as_deref()),
+            (
+                StopReason::Error,
+                Some(r#"HTTP 401: {"error":{"message":"Incorrect API key provided: [REDACTED]"}}"#)
+            ),
+            "非 2xx 的终态是 error，errorMessage 是 HTTP 401: <脱敏后的响应体>"
+        );
+        assert_eq!(
+            kinds(&events),
+            ["start", "error"],
+            "非 2xx：没有任何 delta，直接是 error 终态"
+        );
+        let requests = client.requests();
+        assert_eq!(requests.len(), 1, "一次 stream() 只发一个 HTTP 请求");
+        assert_eq!(
+            requests[0].url, "http://127.0.0.1:8080/v1/chat/completions",
+            "请求发往 chat_completions_url(base_url)"
+        );
+
+        let client = FakeHttp::new(Reply::Status(302, vec![Read::Bytes(b"Found".to_vec())]));
+        assert_eq!(
+            drain(transport_over(&client).stream(provider_request(), CancellationToken::new()))
+                .await,
+            vec![Err(TransportError::new("HTTP 302: Found"))],
+            "只有 2xx 才是成功：302 也是 HTTP 状态错误"
+        );
+
+        // 6000 bytes of error body, then the server keeps the body open.
+        let noise = "internal error ".repeat(400);
+        let reads = noise
+            .as_bytes()
+            .chunks(2000)
+            .map(|piece| Read::Bytes(piece.to_vec()))
+            .chain([Read::Stall])
+            .collect();
+        let client = FakeHttp::new(Reply::Status(500, reads));
+        let excerpt: String = noise.chars().take(200).collect();
+        assert_eq!(
+            drain(transport_over(&client).stream(provider_request(), CancellationToken::new()))
+                .await,
+            vec![Err(TransportError::new(format!("HTTP 500: {excerpt}…")))],
+            "错误响应体最多读 ERROR_BODY_LIMIT（4096）字节，够了就停，错误里只留 200 个字符加 …"
+        );
+        assert!(
+            client.released_soon().await,
+            "错误响应体读够 4096 字节后要放手（丢掉 body），不能一直等服务器关闭"
+        );
+
+        // Any 2xx is a success; the last event needs no blank line after it.
+        let last =
+            json!({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]});
+        let client = FakeHttp::new(Reply::Status(
+            201,
+            vec![Read::Bytes(format!("data: {last}").into_bytes())],
+        ));
+        assert_eq!(
+            drain(transport_over(&client).stream(provider_request(), CancellationToken::new()))
+                .await,
+            vec![
+                Ok(text_chunk("ok")),
+                Ok(ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                }),
+            ],
+            "2xx 都是成功；响应体结束时，没有空行收尾的最后一个事件也要交给解析器（SseParser::finish）"
+        );
+    }
+
+    // Kills: a network error without its prefix, and one that still shows the key.
+    #[tokio::test]
+    async fn network_failure_is_reported_with_the_key_redacted() {
+        let failure = format!(
+            "error sending request for url ({BASE}/chat/completions?key={KEY}): connection refused"
+        );
+        let expected = format!(
+            "Network error: error sending request for url ({BASE}/chat/completions?key=[REDACTED]): connection refused"
+        );
+        let client = FakeHttp::new(Reply::Refused(failure.clone()));
+        assert_eq!(
+            drain(transport_over(&client).stream(provider_request(), CancellationToken::new()))
+                .await,
+            vec![Err(TransportError::new(expected.clone()))],
+            "连不上服务器：transport 发出一个 Network error: <原因> 错误，原因里的密钥换成 [REDACTED]"
+        );
+
+        let client = FakeHttp::new(Reply::Refused(failure));
+        let stream = model_over(&client).stream(&ask(), StreamOptions::default());
+        let events = within(collect(&stream)).await;
+        let result = stream.result().await;
+        assert_eq!(
+            (result.stop_reason, result.error_message),
+            (StopReason::Error, Some(expected)),
+            "网络失败的终态是 error，errorMessage 是脱敏后的 Network error: …"
+        );
+        assert_eq!(
+            kinds(&events),
+            ["start", "error"],
+            "网络失败：start 之后直接是 error 终态"
+        );
+    }
+
+    // Kills: a broken body treated as its normal end (then a seen finish_reason would make it
+    // look like success), an interruption without its prefix, one that shows the key, and an
+    // invalid chunk skipped instead of ending the stream.
+    #[tokio::test]
+    async fn broken_body_is_an_interrupted_error_that_keeps_the_partial_text() {
+        let finished = json!({"choices": [{"index": 0, "delta": {"content": "，还有"}, "finish_reason": "stop"}]});
+        let client = FakeHttp::new(Reply::Status(
+            200,
+            vec![
+                Read::Bytes(sse(&text_payload("半句"))),
+                Read::Bytes(sse(&finished.to_string())),
+                Read::Fail(format!(
+                    "connection reset by peer (authorization: Bearer {KEY})"
+                )),
+                Read::Bytes(sse("[DONE]")),
+            ],
+        ));
+        let stream = model_over(&client).stream(&ask(), StreamOptions::default());
+        let events = within(collect(&stream)).await;
+        let result = stream.result().await;
+        assert_eq!(
+            (result.stop_reason, result.error_message.as_deref()),
+            (
+                StopReason::Error,
+                Some("Provider stream interrupted: connection reset by peer (authorization: Bearer [REDACTED])")
+            ),
+            "响应体中途断开是失败（哪怕已经见过 finish_reason）：errorMessage 是 Provider stream interrupted: <原因>，密钥脱敏"
+        );
+        assert_eq!(
+            kinds(&events),
+            ["start", "text_delta", "text_delta", "error"],
+            "断流之前的文本照常流出，之后是 error 终态"
+        );
+        assert_eq!(
+            result.content,
+            vec![text_block("半句，还有")],
+            "断流的 error 终态保留已经流出的文本"
+        );
+
+        let mut bad = sse(&text_payload("a"));
+        bad.extend(sse(r#"{"choices":"not-an-array"}"#));
+        let client = FakeHttp::new(Reply::Status(
+            200,
+            vec![
+                Read::Bytes(bad),
+                Read::Wait(Duration::from_secs(2)),
+                Read::Bytes(sse(&text_payload("b"))),
+            ],
+        ));
+        assert_eq!(
+            drain(transport_over(&client).stream(provider_request(), CancellationToken::new()))
+                .await,
+            vec![
+                Ok(text_chunk("a")),
+                Err(TransportError::new(
+                    "Invalid provider chunk: choices must be an array"
+                )),
+            ],
+            "响应体里的数据不合法：transport 发出 ChunkDecoder 的错误，之后不再读"
+        );
+        assert!(
+            client.released_soon().await,
+            "数据不合法时 pump 返回，丢掉响应体"
+        );
+    }
+
+    // Kills: sending a request whose token is already cancelled, and ending such a stream
+    // without the `Request was aborted` error.
+    #[tokio::test]
+    async fn pre_cancelled_request_never_reaches_the_client() {
+        let done =
+            json!({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]});
+        let client = FakeHttp::new(Reply::Status(
+            200,
+            vec![Read::Bytes(sse(&done.to_string()))],
+        ));
+        let token = CancellationToken::new();
+        token.cancel();
+        assert_eq!(
+            drain(transport_over(&client).stream(provider_request(), token.clone())).await,
+            vec![aborted()],
+            "调用前已取消：transport 只发出一个 Request was aborted 错误"
+        );
+        assert_eq!(
+            client.requests().len(),
+            0,
+            "调用前已取消的请求绝不能交给 HTTP 客户端（post 都不能调用）"
+        );
+
+        let stream = model_over(&client).stream(
+            &ask(),
+            StreamOptions {
+                cancel: Some(token),
+            },
+        );
+        let result = within(stream.result()).await;
+        assert_eq!(
+            (result.stop_reason, result.error_message.as_deref()),
+            (StopReason::Aborted, Some("Request was aborted")),
+            "调用前已取消：终态是 aborted，errorMessage 是 Request was aborted"
+        );
+        assert_eq!(
+            client.requests().len(),
+            0,
+            "经过 OpenAiCompatibleModel 时，已取消的请求同样不能交给 HTTP 客户端"
+        );
+    }
+
+    // Kills: awaiting the status line, the error body or the next body read without watching the
+    // token (the connection is held until the server gives up).
+    #[tokio::test]
+    async fn cancellation_while_waiting_releases_the_connection() {
+        // 1. The status line never comes.
+        let client = FakeHttp::new(Reply::Silent);
+        let token = CancellationToken::new();
+        let chunks = transport_over(&client).stream(provider_request(), token.clone());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            client.requests().len(),
+            1,
+            "没有取消的请求要交给 HTTP 客户端，而且只交一次"
+        );
+        token.cancel();
+        assert_eq!(
+            drain(chunks).await,
+            vec![aborted()],
+            "等状态行时取消：transport 马上发出 Request was aborted，不能一直等服务器回答"
+        );
+        assert!(
+            client.released_soon().await,
+            "等状态行时取消：要丢掉 post 返回的 future，放弃这个请求"
+        );
+
+        // 2. An error body that is still arriving.
+        let client = FakeHttp::new(Reply::Status(
+            503,
+            vec![Read::Bytes(b"overloaded, ".to_vec()), Read::Stall],
+        ));
+        let token = CancellationToken::new();
+        let chunks = transport_over(&client).stream(provider_request(), token.clone());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        token.cancel();
+        assert_eq!(
+            drain(chunks).await,
+            vec![aborted()],
+            "读错误响应体时取消：结果是 Request was aborted，不是 HTTP 错误"
+        );
+        assert!(
+            client.released_soon().await,
+            "读错误响应体时取消：要马上丢掉响应体"
+        );
+
+        // 3. A slow answer, end to end through the model.
+        let client = FakeHttp::new(Reply::Status(
+            200,
+            vec![Read::Bytes(sse(&text_payload("先到"))), Read::Stall],
+        ));
+        let token = CancellationToken::new();
+        let stream = model_over(&client).stream(
+            &ask(),
+            StreamOptions {
+                cancel: Some(token.clone()),
+            },
+        );
+        let events = within(async {
+            let mut seen = Vec::new();
+            while let Some(event) = stream.next().await {
+                if matches!(event, ModelEvent::TextDelta { .. }) {
+                    token.cancel();
+                }
+                seen.push(event);
+            }
+            seen
+        })
+        .await;
+        let result = stream.result().await;
+        assert_eq!(
+            (result.stop_reason, result.error_message.as_deref()),
+            (StopReason::Aborted, Some("Request was aborted")),
+            "响应体还在慢慢到达时取消：终态是 aborted，errorMessage 是 Request was aborted"
+        );
+        assert_eq!(
+            kinds(&events),
+            ["start", "text_delta", "error"],
+            "取消之后只剩一个 error 终态"
+        );
+        assert_eq!(
+            result.content,
+            vec![text_block("先到")],
+            "取消时保留已经流出的文本"
+        );
+        assert!(
+            client.released_soon().await,
+            "取消后 pump 要马上丢掉响应体（BodyReceiver），让客户端释放连接"
+        );
+    }
+
+    /// Three reads: the first ends inside "你", the second inside the usage line, so the
+    /// trailing usage arrives in a later read than `finish_reason`; then the server keeps the
+    /// connection open after `[DONE]`.
+    fn split_answer() -> Vec<Read> {
+        let finish = json!({"choices": [{"index": 0, "delta": {"content": "，世界"}, "finish_reason": "stop"}]});
+        let usage = json!({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}});
+        let mut body = sse(&text_payload("你好"));
+        body.extend(sse(&finish.to_string()));
+        let usage_at = body.len();
+        body.extend(sse(&usage.to_string()));
+        body.extend(sse("[DONE]"));
+        body.extend(sse(r#"{"choices":"after done"}"#));
+        let mid_char = body
+            .windows("你".len())
+            .position(|window| window == "你".as_bytes())
+            .expect("测试数据里有“你”")
+            + 1;
+        let mid_usage = usage_at + 10;
+        vec![
+            Read::Bytes(body[..mid_char].to_vec()),
+            Read::Wait(Duration::from_millis(5)),
+            Read::Bytes(body[mid_char..mid_usage].to_vec()),
+            Read::Bytes(body[mid_usage..].to_vec()),
+            Read::Stall,
+        ]
+    }
+
+    // Kills: decoding each read on its own, stopping at `finish_reason` (the trailing usage is
+    // lost), sending `Finish` before the trailing usage, reading on after `[DONE]`, and never
+    // sending the `Finish` chunk.
+    #[tokio::test]
+    async fn body_split_anywhere_streams_text_and_trailing_usage() {
+        let usage = ProviderUsage {
+            input: Some(12),
+            output: Some(8),
+            total_tokens: Some(20),
+        };
+        let client = FakeHttp::new(Reply::Status(200, split_answer()));
+        assert_eq!(
+            drain(transport_over(&client).stream(provider_request(), CancellationToken::new()))
+                .await,
+            vec![
+                Ok(text_chunk("你好")),
+                Ok(text_chunk("，世界")),
+                Ok(ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage,
+                }),
+            ],
+            "字节切在行中间、字符中间都要正确解码；[DONE] 之后不再读；唯一的 Finish 在最后，带着 finish_reason 之后才到的 usage"
+        );
+        assert!(
+            client.released_soon().await,
+            "[DONE] 之后 pump 自己停止读取并丢掉响应体，不等服务器关闭连接"
+        );
+
+        let client = FakeHttp::new(Reply::Status(200, split_answer()));
+        let stream = model_over(&client).stream(&ask(), StreamOptions::default());
+        let events = within(collect(&stream)).await;
+        let result = stream.result().await;
+        assert_eq!(
+            (result.stop_reason, result.error_message.as_deref()),
+            (StopReason::Stop, None),
+            "完整的回答以 done 结束：停止原因 stop，没有 errorMessage"
+        );
+        assert_eq!(
+            kinds(&events),
+            ["start", "text_delta", "text_delta", "done"],
+            "每个文本片段一个 text_delta，最后是 done"
+        );
+        assert_eq!(
+            result.content,
+            vec![text_block("你好，世界")],
+            "切在字符中间的文本拼回原样"
+        );
+        assert_eq!(
+            result.usage,
+            Usage {
+                input: 12,
+                output: 8,
+                total_tokens: 20
+            },
+            "finish_reason 之后才到的 usage 也要进入最终消息"
+        );
+        let requests = client.requests();
+        assert_eq!(requests.len(), 1, "一次 stream() 只发一个 HTTP 请求");
+        let body: Value =
+            serde_json::from_slice(&requests[0].body).expect("请求体必须是合法的 JSON");
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-test",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            }),
+            "HttpTransport 发出的请求体由 build_request 构造"
+        );
+    }
+}

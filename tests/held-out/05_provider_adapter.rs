@@ -179,3 +179,221 @@ async fn pre_cancelled_request_over_sse_is_aborted() {
     .await
     .expect("1 秒内没有等到终态事件");
 }
+
+mod http_labs {
+    use super::*;
+    use pi_course::http_transport::{
+        BodyChunk, Endpoint, HttpClient, HttpFuture, HttpRequest, HttpResponse, HttpTransport,
+    };
+    use pi_course::provider_adapter::{
+        ChunkResult, ProviderRequest, ProviderTransport, TransportError,
+    };
+    use pi_course::types::ToolDefinition;
+    use serde_json::Value;
+    use std::sync::Mutex;
+    use tokio::sync::mpsc;
+
+    enum Read {
+        Bytes(Vec<u8>),
+        Fail(String),
+    }
+
+    enum Reply {
+        Status(u16, Vec<Read>),
+        Refused(String),
+    }
+
+    /// In-memory `HttpClient`: records the request and plays one scripted reply.
+    struct FakeHttp {
+        reply: Mutex<Option<Reply>>,
+        requests: Mutex<Vec<HttpRequest>>,
+    }
+
+    impl FakeHttp {
+        fn new(reply: Reply) -> Arc<FakeHttp> {
+            Arc::new(FakeHttp {
+                reply: Mutex::new(Some(reply)),
+                requests: Mutex::new(Vec::new()),
+            })
+        }
+    }
+
+    impl HttpClient for FakeHttp {
+        fn post(&self, request: HttpRequest) -> HttpFuture {
+            self.requests
+                .lock()
+                .expect("测试替身的锁不会中毒")
+                .push(request);
+            let reply = self.reply.lock().expect("测试替身的锁不会中毒").take();
+            Box::pin(async move {
+                match reply {
+                    None => Err("the fake answers one request only".to_string()),
+                    Some(Reply::Refused(error)) => Err(error),
+                    Some(Reply::Status(status, reads)) => {
+                        let (sender, body) = mpsc::channel::<BodyChunk>(1);
+                        tokio::spawn(async move {
+                            for read in reads {
+                                let item = match read {
+                                    Read::Bytes(bytes) => Ok(bytes),
+                                    Read::Fail(error) => Err(error),
+                                };
+                                if sender.send(item).await.is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                        Ok(HttpResponse { status, body })
+                    }
+                }
+            })
+        }
+    }
+
+    fn request() -> ProviderRequest {
+        ProviderRequest {
+            model: "m".into(),
+            messages: vec![json!({"role": "user", "content": "q"})],
+            tools: None,
+        }
+    }
+
+    async fn drain(transport: &HttpTransport) -> Vec<ChunkResult> {
+        let mut chunks = transport.stream(request(), CancellationToken::new());
+        tokio::time::timeout(Duration::from_secs(5), async {
+            let mut items = Vec::new();
+            while let Some(item) = chunks.recv().await {
+                items.push(item);
+            }
+            items
+        })
+        .await
+        .expect("5 秒内 transport 的通道没有关闭")
+    }
+
+    #[tokio::test]
+    async fn byte_sized_reads_carry_a_tool_call_and_trailing_usage() {
+        let body = [
+            r#"{"choices":[{"index":0,"delta":{"content":"读一下","tool_calls":[{"index":0,"id":"call-1","type":"function","function":{"name":"read","arguments":"{\"path\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"说明.md\"}"}}]},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":9,"total_tokens":39}}"#,
+            "[DONE]",
+        ]
+        .iter()
+        .map(|payload| format!("data:{payload}\r\n\r\n"))
+        .collect::<String>()
+        .into_bytes();
+        let reads = body
+            .into_iter()
+            .map(|byte| Read::Bytes(vec![byte]))
+            .collect();
+        let client = FakeHttp::new(Reply::Status(200, reads));
+        let transport =
+            HttpTransport::new(Endpoint::new("http://localhost:1/v1/", "k"), client.clone());
+        let model = OpenAiCompatibleModel::new("p", "m", Arc::new(transport));
+        let mut context = AgentContext::default();
+        context.messages.push(user_message("q"));
+        context.tools.push(ToolDefinition {
+            name: "read".into(),
+            description: "Read".into(),
+            parameters: json!({"type": "object"}),
+        });
+        let result = tokio::time::timeout(
+            Duration::from_secs(2),
+            model.stream(&context, StreamOptions::default()).result(),
+        )
+        .await
+        .expect("2 秒内没有等到终态");
+        assert_eq!(
+            (result.stop_reason, result.error_message.as_deref()),
+            (StopReason::ToolUse, None),
+            "逐字节读取也要拼出完整的回答，以 tool_calls 正常结束"
+        );
+        assert_eq!(
+            result.content,
+            vec![
+                AssistantContent::Text(text("读一下")),
+                AssistantContent::ToolCall(ToolCall {
+                    id: "call-1".into(),
+                    name: "read".into(),
+                    arguments: json!({"path": "说明.md"}),
+                    raw_arguments: Some(r#"{"path":"说明.md"}"#.into()),
+                }),
+            ],
+            "切在汉字中间的参数片段拼回原样，解析成完整调用"
+        );
+        assert_eq!(
+            result.usage,
+            Usage {
+                input: 30,
+                output: 9,
+                total_tokens: 39
+            },
+            "finish_reason 之后的 usage 进入最终消息"
+        );
+        let requests = client
+            .requests
+            .lock()
+            .expect("测试替身的锁不会中毒")
+            .clone();
+        assert_eq!(
+            requests.iter().map(|r| r.url.as_str()).collect::<Vec<_>>(),
+            vec!["http://localhost:1/v1/chat/completions"],
+            "一次 stream() 一个请求，URL 里没有 //"
+        );
+        let body: Value = serde_json::from_slice(&requests[0].body).expect("请求体是合法 JSON");
+        assert_eq!(
+            body["tools"][0]["function"]["name"],
+            json!("read"),
+            "有工具时请求体带上 tools"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_empty_key_redacts_nothing() {
+        let transport = |reply| {
+            HttpTransport::new(
+                Endpoint::new("http://localhost:1/v1", ""),
+                FakeHttp::new(reply),
+            )
+        };
+        assert_eq!(
+            drain(&transport(Reply::Refused("connection refused".into()))).await,
+            vec![Err(TransportError::new(
+                "Network error: connection refused"
+            ))],
+            "空密钥什么也不替换：网络错误的原文保持可读"
+        );
+        assert_eq!(
+            drain(&transport(Reply::Status(
+                404,
+                vec![Read::Bytes(b"model   not\nfound".to_vec())]
+            )))
+            .await,
+            vec![Err(TransportError::new("HTTP 404: model not found"))],
+            "空密钥什么也不替换：状态错误的摘录保持可读，空白合成一个空格"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_error_body_that_breaks_off_keeps_what_arrived() {
+        let key = "sk-held-out-42";
+        let echoed = format!("quota exceeded for {key}; retry with {key}");
+        let (left, right) = echoed.as_bytes().split_at(22);
+        let client = FakeHttp::new(Reply::Status(
+            429,
+            vec![
+                Read::Bytes(left.to_vec()),
+                Read::Bytes(right.to_vec()),
+                Read::Fail(format!("reset while reading {key}")),
+            ],
+        ));
+        let transport = HttpTransport::new(Endpoint::new("http://localhost:1/v1", key), client);
+        assert_eq!(
+            drain(&transport).await,
+            vec![Err(TransportError::new(
+                "HTTP 429: quota exceeded for [REDACTED]; retry with [REDACTED]"
+            ))],
+            "错误响应体中途断开时，用已经收到的部分；密钥跨两次读取、出现两次也都要脱敏"
+        );
+    }
+}
