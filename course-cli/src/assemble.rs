@@ -128,6 +128,15 @@ fn reference_file(
     }
 }
 
+/// Lays the chapter's workspace overlay (root manifest, lock file, added packages) over the
+/// workspace root. Later chapters in a chain overlay earlier ones, file by file.
+fn add_overlay(snapshot: &mut Snapshot, data: &FileSet, chapter: &Chapter) {
+    let dir = chapter.overlay_dir();
+    for (path, bytes) in under(data, &dir) {
+        snapshot.insert(WorkspacePath::new(path), bytes.to_vec());
+    }
+}
+
 fn add_tests(
     snapshot: &mut Snapshot,
     data: &FileSet,
@@ -146,6 +155,7 @@ pub fn reference(
 ) -> Result<Snapshot, AssembleError> {
     let mut snapshot = base(data)?;
     for step in catalog.chain(chapter) {
+        add_overlay(&mut snapshot, data, step);
         for file in &step.files {
             snapshot.insert(file.in_workspace(), reference_file(data, step, file)?);
         }
@@ -192,6 +202,7 @@ pub fn lab_state(
         Some(previous) => reference(catalog, data, previous)?,
         None => base(data)?,
     };
+    add_overlay(&mut snapshot, data, chapter);
     for file in &chapter.files {
         let bytes = if chapter.is_edit(file) && file.is_rust() {
             region_source(data, &chapter.source(file))?

@@ -3,6 +3,7 @@
 pub mod agent_loop;
 pub mod demo;
 pub mod event_stream;
+pub mod http_transport;
 pub mod provider_adapter;
 pub mod scripted_model;
 pub mod sse;

@@ -1,6 +1,7 @@
 //! pi-course: build a coding agent ("pi") one chapter at a time.
 
 pub mod event_stream;
+pub mod http_transport;
 pub mod provider_adapter;
 pub mod scripted_model;
 pub mod sse;

@@ -3,6 +3,7 @@
 pub mod agent_loop;
 pub mod coding_tools;
 pub mod event_stream;
+pub mod http_transport;
 pub mod provider_adapter;
 pub mod scripted_model;
 pub mod sse;
