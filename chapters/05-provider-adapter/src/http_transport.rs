@@ -15,8 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::provider_adapter::{
-    ChunkReceiver, ChunkResult, ProviderRequest, ProviderTransport, TransportError,
-    REQUEST_ABORTED,
+    ChunkReceiver, ChunkResult, ProviderRequest, ProviderTransport, TransportError, REQUEST_ABORTED,
 };
 use crate::sse::{ChunkDecoder, SseParser};
 
