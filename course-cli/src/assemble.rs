@@ -137,6 +137,25 @@ fn add_overlay(snapshot: &mut Snapshot, data: &FileSet, chapter: &Chapter) {
     }
 }
 
+/// Where overlays put the packages they add; each one's directory is its package name.
+pub const PACKAGES_DIR: &str = "crates";
+
+/// The packages a snapshot carries besides the learner crate and the xtask (`pi-http`, `pi`,
+/// …), in name order.
+pub fn added_packages(snapshot: &Snapshot) -> Vec<String> {
+    snapshot
+        .keys()
+        .filter_map(|path| {
+            let rest = path
+                .as_str()
+                .strip_prefix(PACKAGES_DIR)?
+                .strip_prefix('/')?;
+            let name = rest.strip_suffix("/Cargo.toml")?;
+            (!name.contains('/')).then(|| name.to_string())
+        })
+        .collect()
+}
+
 fn add_tests(
     snapshot: &mut Snapshot,
     data: &FileSet,
