@@ -128,6 +128,34 @@ fn reference_file(
     }
 }
 
+/// Lays the chapter's workspace overlay (root manifest, lock file, added packages) over the
+/// workspace root. Later chapters in a chain overlay earlier ones, file by file.
+fn add_overlay(snapshot: &mut Snapshot, data: &FileSet, chapter: &Chapter) {
+    let dir = chapter.overlay_dir();
+    for (path, bytes) in under(data, &dir) {
+        snapshot.insert(WorkspacePath::new(path), bytes.to_vec());
+    }
+}
+
+/// Where overlays put the packages they add; each one's directory is its package name.
+pub const PACKAGES_DIR: &str = "crates";
+
+/// The packages a snapshot carries besides the learner crate and the xtask (`pi-http`, `pi`,
+/// …), in name order.
+pub fn added_packages(snapshot: &Snapshot) -> Vec<String> {
+    snapshot
+        .keys()
+        .filter_map(|path| {
+            let rest = path
+                .as_str()
+                .strip_prefix(PACKAGES_DIR)?
+                .strip_prefix('/')?;
+            let name = rest.strip_suffix("/Cargo.toml")?;
+            (!name.contains('/')).then(|| name.to_string())
+        })
+        .collect()
+}
+
 fn add_tests(
     snapshot: &mut Snapshot,
     data: &FileSet,
@@ -146,6 +174,7 @@ pub fn reference(
 ) -> Result<Snapshot, AssembleError> {
     let mut snapshot = base(data)?;
     for step in catalog.chain(chapter) {
+        add_overlay(&mut snapshot, data, step);
         for file in &step.files {
             snapshot.insert(file.in_workspace(), reference_file(data, step, file)?);
         }
@@ -192,6 +221,7 @@ pub fn lab_state(
         Some(previous) => reference(catalog, data, previous)?,
         None => base(data)?,
     };
+    add_overlay(&mut snapshot, data, chapter);
     for file in &chapter.files {
         let bytes = if chapter.is_edit(file) && file.is_rust() {
             region_source(data, &chapter.source(file))?

@@ -21,6 +21,9 @@ pub const MANIFEST: &str = "chapters/course.toml";
 pub const MANIFEST_FORMAT: u32 = 1;
 /// The base learner workspace every chapter starts from.
 pub const BASE_DIR: &str = "chapters/_crate";
+/// Inside a chapter directory: files laid over the workspace root from that chapter on (its
+/// `Cargo.toml`, `Cargo.lock` and the packages it adds, such as `crates/pi`).
+pub const OVERLAY_DIR: &str = "workspace";
 /// Instructor-only tests: in the checkout, never embedded, never in a practice workspace.
 pub const HELD_OUT_DIR: &str = "tests/held-out";
 /// A chapter's mistake catalogue, inside its directory.
@@ -199,6 +202,11 @@ impl Chapter {
     /// `chapters/06-tool-contract`
     pub fn dir(&self) -> String {
         format!("chapters/{}-{}", self.id, self.slug)
+    }
+
+    /// `chapters/08-coding-tools/workspace`: laid over the workspace root from this chapter on.
+    pub fn overlay_dir(&self) -> String {
+        format!("{}/{OVERLAY_DIR}", self.dir())
     }
 
     /// `skeletons/06-tool-contract`
@@ -619,6 +627,7 @@ impl Catalog {
             };
             if rest != "README.md"
                 && rest != MISTAKES_FILE
+                && !rest.starts_with(&format!("{OVERLAY_DIR}/"))
                 && !chapter.files.iter().any(|f| f.as_str() == rest)
             {
                 problems.push(Problem::UnlistedFile {

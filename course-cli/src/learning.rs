@@ -38,6 +38,56 @@ pub fn stub_messages(
     Ok(messages)
 }
 
+/// A package an overlay adds to the workspace, as its own `Cargo.toml` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedPackage {
+    pub name: String,
+    /// `package.description`: what it is, in Chinese.
+    pub description: String,
+    /// `package.metadata.pi-course.try`: the command to try it, with a note.
+    pub try_it: String,
+}
+
+/// The packages the overlays of `chapter`'s chain add, in name order. A package without a
+/// description still appears, so nothing the learner receives goes unmentioned.
+pub fn added_packages(catalog: &Catalog, data: &FileSet, chapter: &Chapter) -> Vec<AddedPackage> {
+    let mut packages: BTreeMap<String, AddedPackage> = BTreeMap::new();
+    for step in catalog.chain(chapter) {
+        let dir = format!("{}/{}", step.overlay_dir(), crate::assemble::PACKAGES_DIR);
+        for (path, bytes) in crate::files::under(data, &dir) {
+            let Some(name) = path.strip_suffix("/Cargo.toml") else {
+                continue;
+            };
+            if name.contains('/') {
+                continue;
+            }
+            let manifest: toml::Value =
+                toml::from_str(&String::from_utf8_lossy(bytes)).unwrap_or(toml::Value::Integer(0));
+            let field = |value: Option<&toml::Value>| {
+                value
+                    .and_then(toml::Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let package = manifest.get("package");
+            packages.insert(
+                name.to_string(),
+                AddedPackage {
+                    name: name.to_string(),
+                    description: field(package.and_then(|p| p.get("description"))),
+                    try_it: field(
+                        package
+                            .and_then(|p| p.get("metadata"))
+                            .and_then(|m| m.get("pi-course"))
+                            .and_then(|m| m.get("try")),
+                    ),
+                },
+            );
+        }
+    }
+    packages.into_values().collect()
+}
+
 /// Renders the Chinese learning card for `chapter`.
 pub fn render(
     catalog: &Catalog,
@@ -164,6 +214,22 @@ pub fn render(
             "- 之前各章（{}）的测试保持绿色，例如 `cargo xtask test {last}`；`cargo test` 会一次运行全部测试。",
             earlier.join("、"),
         );
+    }
+
+    let packages = added_packages(catalog, data, chapter);
+    if !packages.is_empty() {
+        let _ = writeln!(out, "\n## 工作区里的其它包\n");
+        let _ = writeln!(
+            out,
+            "它们不在 `cargo test` 和 `cargo xtask test` 的构建里，只在你运行它们时才编译，所以不会拖慢红灯。\n"
+        );
+        for package in &packages {
+            let _ = write!(out, "- `crates/{}`：{}", package.name, package.description);
+            if !package.try_it.is_empty() {
+                let _ = write!(out, "。试试：{}", package.try_it);
+            }
+            let _ = writeln!(out);
+        }
     }
 
     let _ = writeln!(out, "\n## 规则\n");

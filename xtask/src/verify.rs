@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use course_cli::assemble::{self, held_out_target, Solved};
+use course_cli::assemble::{self, added_packages, held_out_target, Solved};
 use course_cli::catalog::{Chapter, Mode};
 use course_cli::guide;
 use course_cli::runner::{CargoRunner, GroupReport, LEARNER_PACKAGE};
@@ -60,6 +60,14 @@ struct Mutations {
 }
 
 #[derive(Serialize, Default)]
+struct PackagesReport {
+    ok: bool,
+    names: Vec<String>,
+    /// Tests passed across them, as libtest's summary lines count them.
+    passed: usize,
+}
+
+#[derive(Serialize, Default)]
 struct GuideReport {
     ok: bool,
     problems: Vec<String>,
@@ -74,6 +82,8 @@ struct ChapterReport {
     reference: Count,
     held_out: Count,
     lint: bool,
+    /// The tests of the packages the workspace carries besides the learner crate.
+    packages: PackagesReport,
     labs: Vec<LabProof>,
     carried_green: bool,
     practice_command: bool,
@@ -280,13 +290,24 @@ fn verify_chapter(course: &Course, chapter: &Chapter, out: &Out) -> Result<Chapt
         held_out.total
     ));
 
-    let lint_problems = lint(&runner);
+    let packages = added_packages(&reference);
+    let lint_problems = lint(&runner, &packages);
     let lint_ok = lint_problems.is_empty();
     out.say(&format!(
         "  {} lint       clippy -D warnings 与 rustfmt",
         mark(lint_ok)
     ));
     problems.extend(lint_problems);
+
+    let packages = test_packages(&runner, packages, &mut problems);
+    if !packages.names.is_empty() {
+        out.say(&format!(
+            "  {} 附带包     {}：{} 个测试通过",
+            mark(packages.ok),
+            packages.names.join("、"),
+            packages.passed
+        ));
+    }
 
     // The practice workspace exactly as `practice` writes it.
     let practice = assemble::practice(catalog, data, chapter)?;
@@ -358,6 +379,7 @@ fn verify_chapter(course: &Course, chapter: &Chapter, out: &Out) -> Result<Chapt
         reference: reference_count,
         held_out,
         lint: lint_ok,
+        packages,
         labs,
         carried_green,
         practice_command,
@@ -400,20 +422,58 @@ fn check_guide(
     })
 }
 
-/// clippy `-D warnings` and rustfmt on the reference workspace.
-fn lint(runner: &CargoRunner) -> Vec<String> {
+/// `cargo test` of the added packages (`pi-http`, `openai-mock`, `pi`): the given HTTP client
+/// and the learner's agent as a program, run against a local server with the reference code.
+fn test_packages(
+    runner: &CargoRunner,
+    names: Vec<String>,
+    problems: &mut Vec<String>,
+) -> PackagesReport {
+    if names.is_empty() {
+        return PackagesReport {
+            ok: true,
+            ..PackagesReport::default()
+        };
+    }
+    let mut command = runner.command("test");
+    for name in &names {
+        command.args(["-p", name]);
+    }
+    let (ok, passed) = match command.output() {
+        Ok(output) => {
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let passed = stdout
+                .lines()
+                .filter_map(|line| line.strip_prefix("test result: "))
+                .filter_map(|rest| rest.split_once(" passed").map(|(head, _)| head))
+                .filter_map(|head| head.rsplit(' ').next()?.parse::<usize>().ok())
+                .sum();
+            if !output.status.success() {
+                problems.push(format!(
+                    "附带包的测试失败：{}",
+                    first_lines(&String::from_utf8_lossy(&output.stderr), 12)
+                ));
+            }
+            (output.status.success(), passed)
+        }
+        Err(error) => {
+            problems.push(format!("无法运行附带包的测试：{error}"));
+            (false, 0)
+        }
+    };
+    PackagesReport { ok, names, passed }
+}
+
+/// clippy `-D warnings` (learner crate and added packages) and rustfmt on the reference.
+fn lint(runner: &CargoRunner, packages: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
-    let clippy = runner
-        .command("clippy")
-        .args([
-            "--quiet",
-            "-p",
-            LEARNER_PACKAGE,
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ])
+    let mut clippy = runner.command("clippy");
+    clippy.args(["--quiet", "-p", LEARNER_PACKAGE]);
+    for name in packages {
+        clippy.args(["-p", name]);
+    }
+    let clippy = clippy
+        .args(["--all-targets", "--", "-D", "warnings"])
         .output();
     match clippy {
         Ok(output) if output.status.success() => {}

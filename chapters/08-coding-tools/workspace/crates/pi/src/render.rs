@@ -1,0 +1,206 @@
+//! How a run looks in a terminal: the assistant's text streams to stdout, and every tool call
+//! and every tool result is one line on stderr, so `pi -p … > answer.txt` keeps only the answer.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use pi_course::agent_loop::{EventSink, LoopEvent, RunReason};
+use pi_course::types::{AssistantMessage, ModelEvent, TextContent, ToolCall, ToolResultMessage};
+
+/// Characters of arguments or output a tool line shows before it is cut.
+pub const LINE_CHARS: usize = 160;
+
+/// `text` on one line: line breaks shown as `⏎`, runs of other whitespace as one space, cut
+/// at `limit` characters with `…`.
+pub fn one_line(text: &str, limit: usize) -> String {
+    let flat = text
+        .trim()
+        .split('\n')
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(" ⏎ ");
+    let mut shown: String = flat.chars().take(limit).collect();
+    if flat.chars().count() > limit {
+        shown.push('…');
+    }
+    shown
+}
+
+/// `→ read {"path":"notes.txt"}`
+pub fn call_line(call: &ToolCall) -> String {
+    format!(
+        "→ {} {}",
+        call.name,
+        one_line(&call.arguments.to_string(), LINE_CHARS)
+    )
+}
+
+fn joined(content: &[TextContent]) -> String {
+    content
+        .iter()
+        .map(|block| block.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `← read：…` for a result, `← bash（出错）：…` for an error, `← edit（跳过）：…` for a call
+/// the loop did not run.
+pub fn result_line(result: &ToolResultMessage, skipped: bool) -> String {
+    let status = if skipped {
+        "（跳过）"
+    } else if result.is_error {
+        "（出错）"
+    } else {
+        ""
+    };
+    let body = joined(&result.content);
+    let body = if body.trim().is_empty() {
+        "（无输出）".to_string()
+    } else {
+        one_line(&body, LINE_CHARS)
+    };
+    format!("← {}{status}：{body}", result.tool_name)
+}
+
+/// The one line a run that did not end normally leaves on stderr; `None` for a normal stop.
+pub fn ending_line(
+    reason: RunReason,
+    last: Option<&AssistantMessage>,
+    max_steps: usize,
+) -> Option<String> {
+    let detail = last
+        .and_then(|message| message.error_message.clone())
+        .unwrap_or_default();
+    match reason {
+        RunReason::Stop => None,
+        RunReason::Error if detail.is_empty() => Some("pi：模型回合出错".to_string()),
+        RunReason::Error => Some(format!("pi：模型回合出错：{}", one_line(&detail, 400))),
+        RunReason::Length => Some("pi：模型的回答达到长度上限，被截断了".to_string()),
+        RunReason::Aborted => Some("pi：已取消".to_string()),
+        RunReason::MaxSteps => Some(format!(
+            "pi：已经走了 {max_steps} 步（--max-steps），任务没有完成"
+        )),
+    }
+}
+
+/// Prints loop events as they come. Shared by the tasks that run tools, hence the lock; it
+/// also remembers whether stdout ends mid-line, so the next stderr line starts cleanly.
+#[derive(Clone, Default)]
+pub struct Printer {
+    mid_line: Arc<Mutex<bool>>,
+}
+
+impl Printer {
+    pub fn sink(&self) -> EventSink {
+        let printer = self.clone();
+        Arc::new(move |event| printer.show(event))
+    }
+
+    fn show(&self, event: LoopEvent) {
+        let mut mid_line = self
+            .mid_line
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut stdout = std::io::stdout().lock();
+        match event {
+            LoopEvent::Model(ModelEvent::TextDelta { delta, .. }) => {
+                let _ = stdout.write_all(delta.as_bytes());
+                let _ = stdout.flush();
+                if !delta.is_empty() {
+                    *mid_line = !delta.ends_with('\n');
+                }
+            }
+            LoopEvent::ToolStart(call) => {
+                end_line(&mut stdout, &mut mid_line);
+                eprintln!("{}", call_line(&call));
+            }
+            LoopEvent::ToolEnd(result) => eprintln!("{}", result_line(&result, false)),
+            LoopEvent::ToolSkipped(result) => eprintln!("{}", result_line(&result, true)),
+            LoopEvent::TurnEnd(_) | LoopEvent::AssistantMessage(_) => {
+                end_line(&mut stdout, &mut mid_line)
+            }
+            LoopEvent::Model(_) | LoopEvent::ToolProgress { .. } => {}
+        }
+    }
+}
+
+fn end_line(stdout: &mut std::io::StdoutLock<'_>, mid_line: &mut bool) {
+    if *mid_line {
+        let _ = stdout.write_all(b"\n");
+        let _ = stdout.flush();
+        *mid_line = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pi_course::types::text;
+    use serde_json::json;
+
+    fn result(name: &str, body: &str, is_error: bool) -> ToolResultMessage {
+        ToolResultMessage {
+            tool_call_id: "c".into(),
+            tool_name: name.into(),
+            content: vec![text(body)],
+            details: None,
+            is_error,
+            timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn a_tool_call_is_one_line_with_its_arguments() {
+        let call = ToolCall {
+            id: "c".into(),
+            name: "edit".into(),
+            arguments: json!({"path": "a.txt", "oldText": "x\ny", "newText": "z"}),
+            raw_arguments: None,
+        };
+        assert_eq!(
+            call_line(&call),
+            r#"→ edit {"path":"a.txt","oldText":"x\ny","newText":"z"}"#,
+            "调用行：箭头、工具名、紧凑 JSON 参数"
+        );
+    }
+
+    #[test]
+    fn results_are_flattened_cut_and_labelled() {
+        assert_eq!(
+            result_line(&result("bash", "line 1\n  line   2\n", false), false),
+            "← bash：line 1 ⏎ line 2",
+            "多行输出压成一行"
+        );
+        assert_eq!(
+            result_line(&result("read", "no such file", true), false),
+            "← read（出错）：no such file",
+            "出错的结果带标记"
+        );
+        assert_eq!(
+            result_line(&result("edit", "", true), true),
+            "← edit（跳过）：（无输出）",
+            "跳过的调用带标记，空输出有说明"
+        );
+        let long = "x".repeat(LINE_CHARS + 10);
+        let line = result_line(&result("read", &long, false), false);
+        assert_eq!(
+            line,
+            format!("← read：{}…", "x".repeat(LINE_CHARS)),
+            "超长输出截到 LINE_CHARS 个字符"
+        );
+    }
+
+    #[test]
+    fn only_a_normal_stop_is_silent() {
+        assert_eq!(
+            ending_line(RunReason::Stop, None, 8),
+            None,
+            "正常结束不多说"
+        );
+        assert_eq!(
+            ending_line(RunReason::MaxSteps, None, 8).as_deref(),
+            Some("pi：已经走了 8 步（--max-steps），任务没有完成"),
+            "步数上限说出上限"
+        );
+    }
+}
