@@ -244,8 +244,8 @@ impl RegionSource {
             .unwrap_or(lines.len());
         let allow = [
             "",
-            "// Until every Lab is done, some imports, parameters and helpers are unused.",
-            "#![allow(unused_imports, unused_variables, dead_code)]",
+            "// Until every Lab is done, some imports, parameters (and their `mut`) and helpers are unused.",
+            "#![allow(unused_imports, unused_variables, unused_mut, dead_code)]",
         ];
         let at_start = docs_end == 0;
         let insert: &[&str] = if at_start { &allow[1..] } else { &allow };

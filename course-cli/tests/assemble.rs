@@ -233,7 +233,7 @@ fn practice_stubs_every_lab_and_leaks_nothing() {
         !skeleton.contains("fn helper"),
         "answer-only helpers vanish: {skeleton}"
     );
-    assert!(skeleton.contains("#![allow(unused_imports, unused_variables, dead_code)]"));
+    assert!(skeleton.contains("#![allow(unused_imports, unused_variables, unused_mut, dead_code)]"));
     assert_eq!(
         text(&practice, "pi-course/src/one.rs"),
         "pub fn one() -> u8 {\n    1\n}\n"
@@ -601,4 +601,73 @@ fn a_broken_guide_fails_the_contract_with_a_reason() {
             "expected a problem containing `{expected}`, got {problems:?}"
         );
     }
+}
+
+#[test]
+fn workspace_overlays_apply_from_their_chapter_on_and_learning_lists_added_packages() {
+    let mut data = fixture();
+    put(
+        &mut data,
+        "chapters/01-one/workspace/Cargo.toml",
+        "[workspace] # from 01\n",
+    );
+    put(
+        &mut data,
+        "chapters/01-one/workspace/crates/helper/Cargo.toml",
+        "[package]\nname = \"helper\"\ndescription = \"一个帮手包\"\n\n[package.metadata.pi-course]\ntry = \"`cargo run -p helper`\"\n",
+    );
+    put(
+        &mut data,
+        "chapters/01-one/workspace/crates/helper/src/main.rs",
+        "fn main() {}\n",
+    );
+    put(
+        &mut data,
+        "chapters/02-two/workspace/Cargo.toml",
+        "[workspace] # from 02\n",
+    );
+    let catalog = Catalog::from_files(&data).unwrap();
+    assert_eq!(
+        catalog.check_tree(&data, true),
+        Vec::<Problem>::new(),
+        "files under a chapter's workspace/ are part of the chapter"
+    );
+    let one = catalog.get(id("01")).unwrap();
+    let two = catalog.get(id("02")).unwrap();
+
+    let reference_one = assemble::reference(&catalog, &data, one).unwrap();
+    assert_eq!(
+        text(&reference_one, "Cargo.toml"),
+        "[workspace] # from 01\n",
+        "an overlay replaces the base's root manifest"
+    );
+    assert_eq!(
+        assemble::added_packages(&reference_one),
+        ["helper"],
+        "crates/<name>/Cargo.toml is an added package"
+    );
+    let practice_two = assemble::practice(&catalog, &data, two).unwrap();
+    assert_eq!(
+        text(&practice_two, "Cargo.toml"),
+        "[workspace] # from 02\n",
+        "a later chapter's overlay wins, in the practice state too"
+    );
+    assert!(
+        practice_two.contains_key("crates/helper/src/main.rs"),
+        "an earlier chapter's packages are carried on"
+    );
+    let learning = text(&practice_two, "LEARNING.md");
+    assert!(
+        learning.contains("- `crates/helper`：一个帮手包。试试：`cargo run -p helper`"),
+        "LEARNING.md lists the package from its own Cargo.toml:\n{learning}"
+    );
+
+    let plain = fixture();
+    let plain_catalog = Catalog::from_files(&plain).unwrap();
+    let plain_two =
+        assemble::practice(&plain_catalog, &plain, plain_catalog.get(id("02")).unwrap()).unwrap();
+    assert!(
+        !text(&plain_two, "LEARNING.md").contains("工作区里的其它包"),
+        "without added packages LEARNING.md has no package section"
+    );
 }

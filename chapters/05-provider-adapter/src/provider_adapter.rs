@@ -2,8 +2,8 @@
 //!
 //! Outbound mapping is pure (`to_provider_messages`, `to_provider_tools`). Inbound, a
 //! transport yields normalized `ProviderChunk`s and `InboundState` turns them into the same
-//! `ModelEvent` protocol `ScriptedModel` speaks. The HTTP transport is deliberately absent:
-//! every test runs offline over in-memory transports.
+//! `ModelEvent` protocol `ScriptedModel` speaks. The HTTP transport is `http_transport`, behind
+//! its `HttpClient` seam; every test here runs offline over in-memory transports.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -3,8 +3,8 @@
 //! A deterministic `Model` test double: it plays scripted assistant turns through the same
 //! event protocol a real provider adapter uses, so upper layers cannot tell the difference.
 
-// Until every Lab is done, some imports, parameters and helpers are unused.
-#![allow(unused_imports, unused_variables, dead_code)]
+// Until every Lab is done, some imports, parameters (and their `mut`) and helpers are unused.
+#![allow(unused_imports, unused_variables, unused_mut, dead_code)]
 
 use std::sync::{Arc, Mutex};
 

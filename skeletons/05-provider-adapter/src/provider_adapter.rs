@@ -4,11 +4,11 @@
 //!
 //! Outbound mapping is pure (`to_provider_messages`, `to_provider_tools`). Inbound, a
 //! transport yields normalized `ProviderChunk`s and `InboundState` turns them into the same
-//! `ModelEvent` protocol `ScriptedModel` speaks. The HTTP transport is deliberately absent:
-//! every test runs offline over in-memory transports.
+//! `ModelEvent` protocol `ScriptedModel` speaks. The HTTP transport is `http_transport`, behind
+//! its `HttpClient` seam; every test here runs offline over in-memory transports.
 
-// Until every Lab is done, some imports, parameters and helpers are unused.
-#![allow(unused_imports, unused_variables, dead_code)]
+// Until every Lab is done, some imports, parameters (and their `mut`) and helpers are unused.
+#![allow(unused_imports, unused_variables, unused_mut, dead_code)]
 
 use std::collections::HashMap;
 use std::fmt;
