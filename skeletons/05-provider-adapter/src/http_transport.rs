@@ -185,7 +185,13 @@ impl ProviderTransport for HttpTransport {
         let client = Arc::clone(&self.client);
         let api_key = self.endpoint.api_key.clone();
         tokio::spawn(async move {
-            if let Err(error) = pump(client, http_request, &api_key, &cancel, &sender).await {
+            let outcome = tokio::select! {
+                outcome = pump(client, http_request, &api_key, &cancel, &sender) => outcome,
+                // Nobody reads the chunks any more: stopping drops the body, which frees the
+                // connection instead of downloading an answer no one will see.
+                _ = sender.closed() => Ok(()),
+            };
+            if let Err(error) = outcome {
                 // The adapter may have stopped listening; then there is nobody to tell.
                 let _ = sender.send(Err(error));
             }

@@ -5,12 +5,15 @@
 use std::time::Duration;
 
 use openai_mock::{delta, finish, sse_event, usage, MockServer, Reply, Step, CHAT_PATH};
-use pi_course::http_transport::{Endpoint, REDACTED};
+use std::sync::Arc;
+
+use pi_course::http_transport::{Endpoint, HttpTransport, REDACTED};
+use pi_course::provider_adapter::{ProviderRequest, ProviderTransport};
 use pi_course::types::{
     user_message, AgentContext, AssistantContent, AssistantMessage, Model, StopReason,
     StreamOptions, ToolDefinition,
 };
-use pi_http::{is_loopback, openai_compatible_model};
+use pi_http::{is_loopback, openai_compatible_model, ReqwestClient};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -236,6 +239,39 @@ async fn cancelling_a_slow_stream_aborts_and_closes_the_connection() {
     assert!(
         server.wait_for_disconnects(1, LIMIT).await,
         "取消之后连接必须关闭，服务器要能看到客户端离开"
+    );
+}
+
+#[tokio::test]
+async fn a_reader_that_goes_away_releases_the_connection_without_a_cancel() {
+    let server = MockServer::start(vec![Reply::Stream(vec![
+        Step::Send(sse_event(
+            &delta(json!({"role": "assistant", "content": "没人听"})).to_string(),
+        )),
+        Step::Hang,
+    ])])
+    .await
+    .expect("本地服务器应当能启动");
+    let endpoint = Endpoint::new(server.base_url(), KEY);
+    let client = ReqwestClient::new(&endpoint.base_url).expect("reqwest 客户端应当能建立");
+    let transport = HttpTransport::new(endpoint, Arc::new(client));
+    let request = ProviderRequest {
+        model: MODEL.to_string(),
+        messages: vec![json!({"role": "user", "content": "你好"})],
+        tools: None,
+    };
+    let mut chunks = transport.stream(request, CancellationToken::new());
+    let first = tokio::time::timeout(LIMIT, chunks.recv())
+        .await
+        .expect("第一段应当很快到达");
+    assert!(
+        matches!(first, Some(Ok(_))),
+        "先收到一段正常的 chunk：{first:?}"
+    );
+    drop(chunks);
+    assert!(
+        server.wait_for_disconnects(1, LIMIT).await,
+        "没有人再读 chunk 时，即使没有取消，连接也要关闭"
     );
 }
 
