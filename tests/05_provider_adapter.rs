@@ -1991,6 +1991,35 @@ mod http_stream {
             client.released_soon().await,
             "取消后 pump 要马上丢掉响应体（BodyReceiver），让客户端释放连接"
         );
+
+        // 4. The same slow answer straight from the transport, whose reader keeps listening:
+        //    only the token can stop pump here.
+        let client = FakeHttp::new(Reply::Status(
+            200,
+            vec![Read::Bytes(sse(&text_payload("先到"))), Read::Stall],
+        ));
+        let token = CancellationToken::new();
+        let mut chunks = transport_over(&client).stream(provider_request(), token.clone());
+        let first = tokio::time::timeout(Duration::from_secs(5), chunks.recv())
+            .await
+            .expect("5 秒内应当收到第一个 chunk");
+        assert_eq!(
+            first,
+            Some(Ok(ProviderChunk::Text {
+                delta: "先到".into()
+            })),
+            "慢回答的第一段照常到达"
+        );
+        token.cancel();
+        assert!(
+            client.released_soon().await,
+            "取消后 pump 要马上丢掉响应体（BodyReceiver），即使还有人在读 chunk"
+        );
+        assert_eq!(
+            drain(chunks).await,
+            vec![aborted()],
+            "读响应体时取消：通道上只剩一个 Request was aborted"
+        );
     }
 
     /// Three reads: the first ends inside "你", the second inside the usage line, so the
