@@ -1218,6 +1218,15 @@ mod bash {
         });
         let registry = registry(vec![tools.bash_tool()]);
 
+        // Output keeps being read until both streams are closed, not just the first one.
+        let split = "echo early; exec 1>&-; sleep 0.2; echo late >&2";
+        let split = call(&registry, "bash", json!({ "command": split })).await;
+        assert_eq!(
+            body(&split),
+            "early\nlate\n",
+            "stdout 先关闭后，stderr 后来的输出仍要读完：两个流都关闭才算结束"
+        );
+
         let exact = call(&registry, "bash", json!({"command": "printf '%0200d' 0"})).await;
         assert_eq!(
             (
@@ -1260,15 +1269,6 @@ mod bash {
             body(&wide),
             format!("{}{note}", "字".repeat((200 - note.len()) / 3)),
             "截断落在一个汉字中间时退回到完整的字符，总长不超过上限"
-        );
-
-        // Output keeps being read until both streams are closed, not just the first one.
-        let split = "echo early; exec 1>&-; sleep 0.2; echo late >&2";
-        let split = call(&registry, "bash", json!({ "command": split })).await;
-        assert_eq!(
-            body(&split),
-            "early\nlate\n",
-            "stdout 先关闭后，stderr 后来的输出仍要读完：两个流都关闭才算结束"
         );
     }
 
