@@ -143,7 +143,7 @@ pub const PACKAGES_DIR: &str = "crates";
 /// The packages a snapshot carries besides the learner crate and the xtask (`pi-http`, `pi`,
 /// …), in name order.
 pub fn added_packages(snapshot: &Snapshot) -> Vec<String> {
-    snapshot
+    let mut names = snapshot
         .keys()
         .filter_map(|path| {
             let rest = path
@@ -153,7 +153,10 @@ pub fn added_packages(snapshot: &Snapshot) -> Vec<String> {
             let name = rest.strip_suffix("/Cargo.toml")?;
             (!name.contains('/')).then(|| name.to_string())
         })
-        .collect()
+        .collect::<Vec<_>>();
+    // Path order puts `pi-http` before `pi` (`-` sorts before `/`); names read better sorted.
+    names.sort();
+    names
 }
 
 fn add_tests(
@@ -292,7 +295,7 @@ fn add_documents(
     data: &FileSet,
     chapter: &Chapter,
 ) -> Result<(), AssembleError> {
-    let learning = learning::render(catalog, data, chapter)?;
+    let learning = learning::render(catalog, data, chapter, snapshot)?;
     snapshot.insert(
         WorkspacePath::new(learning::FILE_NAME),
         learning.into_bytes(),

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use course_runner::LabId;
 
-use crate::assemble::{region_source, AssembleError};
+use crate::assemble::{self, region_source, AssembleError, Snapshot};
 use crate::catalog::{Catalog, Chapter, Kind};
 use crate::files::FileSet;
 
@@ -48,21 +48,18 @@ pub struct AddedPackage {
     pub try_it: String,
 }
 
-/// The packages the overlays of `chapter`'s chain add, in name order. A package without a
-/// description still appears, so nothing the learner receives goes unmentioned.
-pub fn added_packages(catalog: &Catalog, data: &FileSet, chapter: &Chapter) -> Vec<AddedPackage> {
-    let mut packages: BTreeMap<String, AddedPackage> = BTreeMap::new();
-    for step in catalog.chain(chapter) {
-        let dir = format!("{}/{}", step.overlay_dir(), crate::assemble::PACKAGES_DIR);
-        for (path, bytes) in crate::files::under(data, &dir) {
-            let Some(name) = path.strip_suffix("/Cargo.toml") else {
-                continue;
-            };
-            if name.contains('/') {
-                continue;
-            }
-            let manifest: toml::Value =
-                toml::from_str(&String::from_utf8_lossy(bytes)).unwrap_or(toml::Value::Integer(0));
+/// The packages `workspace` carries besides the learner crate (see
+/// [`assemble::added_packages`]), in name order, described by their own manifests. A package
+/// without a description still appears, so nothing the learner receives goes unmentioned.
+pub fn added_packages(workspace: &Snapshot) -> Vec<AddedPackage> {
+    assemble::added_packages(workspace)
+        .into_iter()
+        .map(|name| {
+            let path = format!("{}/{name}/Cargo.toml", assemble::PACKAGES_DIR);
+            let manifest: toml::Value = workspace
+                .get(path.as_str())
+                .and_then(|bytes| toml::from_str(&String::from_utf8_lossy(bytes)).ok())
+                .unwrap_or(toml::Value::Integer(0));
             let field = |value: Option<&toml::Value>| {
                 value
                     .and_then(toml::Value::as_str)
@@ -70,29 +67,26 @@ pub fn added_packages(catalog: &Catalog, data: &FileSet, chapter: &Chapter) -> V
                     .to_string()
             };
             let package = manifest.get("package");
-            packages.insert(
-                name.to_string(),
-                AddedPackage {
-                    name: name.to_string(),
-                    description: field(package.and_then(|p| p.get("description"))),
-                    try_it: field(
-                        package
-                            .and_then(|p| p.get("metadata"))
-                            .and_then(|m| m.get("pi-course"))
-                            .and_then(|m| m.get("try")),
-                    ),
-                },
-            );
-        }
-    }
-    packages.into_values().collect()
+            AddedPackage {
+                description: field(package.and_then(|p| p.get("description"))),
+                try_it: field(
+                    package
+                        .and_then(|p| p.get("metadata"))
+                        .and_then(|m| m.get("pi-course"))
+                        .and_then(|m| m.get("try")),
+                ),
+                name,
+            }
+        })
+        .collect()
 }
 
-/// Renders the Chinese learning card for `chapter`.
+/// Renders the Chinese learning card for `chapter`, whose workspace is `workspace`.
 pub fn render(
     catalog: &Catalog,
     data: &FileSet,
     chapter: &Chapter,
+    workspace: &Snapshot,
 ) -> Result<String, AssembleError> {
     let mut out = String::new();
     let id = chapter.id;
@@ -216,7 +210,7 @@ pub fn render(
         );
     }
 
-    let packages = added_packages(catalog, data, chapter);
+    let packages = added_packages(workspace);
     if !packages.is_empty() {
         let _ = writeln!(out, "\n## 工作区里的其它包\n");
         let _ = writeln!(

@@ -15,6 +15,7 @@ use serde::Serialize;
 use course_cli::assemble::{self, added_packages, held_out_target, Solved};
 use course_cli::catalog::{Chapter, Mode};
 use course_cli::guide;
+use course_cli::runner::libtest::parse_test_run;
 use course_cli::runner::{CargoRunner, GroupReport, LEARNER_PACKAGE};
 
 use crate::checkout::{Course, Failure};
@@ -63,7 +64,7 @@ struct Mutations {
 struct PackagesReport {
     ok: bool,
     names: Vec<String>,
-    /// Tests passed across them, as libtest's summary lines count them.
+    /// Tests passed across them, from libtest's per-test result lines.
     passed: usize,
 }
 
@@ -441,13 +442,10 @@ fn test_packages(
     }
     let (ok, passed) = match command.output() {
         Ok(output) => {
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            let passed = stdout
-                .lines()
-                .filter_map(|line| line.strip_prefix("test result: "))
-                .filter_map(|rest| rest.split_once(" passed").map(|(head, _)| head))
-                .filter_map(|head| head.rsplit(' ').next()?.parse::<usize>().ok())
-                .sum();
+            let passed = parse_test_run(&String::from_utf8_lossy(&output.stdout))
+                .iter()
+                .filter(|outcome| outcome.passed())
+                .count();
             if !output.status.success() {
                 problems.push(format!(
                     "附带包的测试失败：{}",
