@@ -42,6 +42,13 @@ pub enum Step {
     Hang,
 }
 
+impl Step {
+    /// One SSE event whose data line is `payload`.
+    pub fn event(payload: &Value) -> Step {
+        Step::Send(sse_event(&payload.to_string()))
+    }
+}
+
 /// A scripted answer to one request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
@@ -54,10 +61,7 @@ pub enum Reply {
 impl Reply {
     /// A complete streamed answer from SSE payloads: one chunk per payload, then `[DONE]`.
     pub fn events(payloads: Vec<Value>) -> Reply {
-        let mut steps: Vec<Step> = payloads
-            .iter()
-            .map(|payload| Step::Send(sse_event(&payload.to_string())))
-            .collect();
+        let mut steps: Vec<Step> = payloads.iter().map(Step::event).collect();
         steps.push(Step::Send(sse_event("[DONE]")));
         Reply::Stream(steps)
     }
@@ -79,9 +83,10 @@ impl Reply {
 
     /// An assistant turn that calls tools, `(id, name, arguments)` in order, each call's
     /// arguments split across two deltas as providers do.
-    pub fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
+    pub fn tool_calls<S: AsRef<str>>(calls: &[(S, S, Value)]) -> Reply {
         let mut payloads = vec![delta(json!({"role": "assistant", "content": null}))];
         for (index, (id, name, arguments)) in calls.iter().enumerate() {
+            let (id, name) = (id.as_ref(), name.as_ref());
             let arguments = arguments.to_string();
             let (head, tail) = arguments.split_at(arguments.len() / 2);
             payloads.push(delta(json!({"tool_calls": [{

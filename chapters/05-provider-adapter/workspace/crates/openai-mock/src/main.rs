@@ -44,11 +44,7 @@ fn turn(index: usize, value: &Value) -> Result<Reply, String> {
             call["arguments"].clone(),
         ));
     }
-    let borrowed: Vec<(&str, &str, Value)> = parsed
-        .iter()
-        .map(|(id, name, arguments)| (id.as_str(), name.as_str(), arguments.clone()))
-        .collect();
-    Ok(Reply::tool_calls(&borrowed))
+    Ok(Reply::tool_calls(&parsed))
 }
 
 fn load_script(path: &str) -> Result<Vec<Reply>, String> {

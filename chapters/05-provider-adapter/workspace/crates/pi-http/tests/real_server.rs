@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use openai_mock::{delta, finish, sse_event, usage, MockServer, Reply, Step, CHAT_PATH};
+use openai_mock::{delta, finish, usage, MockServer, Reply, Step, CHAT_PATH};
 use std::sync::Arc;
 
 use pi_course::http_transport::{Endpoint, HttpTransport, REDACTED};
@@ -33,7 +33,16 @@ async fn ask(
     context: &AgentContext,
     cancel: CancellationToken,
 ) -> AssistantMessage {
-    let model = openai_compatible_model(Endpoint::new(server.base_url(), KEY), MODEL)
+    ask_at(server.base_url(), context, cancel).await
+}
+
+/// One model turn against whatever listens at `base_url`, over the given reqwest client.
+async fn ask_at(
+    base_url: String,
+    context: &AgentContext,
+    cancel: CancellationToken,
+) -> AssistantMessage {
+    let model = openai_compatible_model(Endpoint::new(base_url, KEY), MODEL)
         .expect("reqwest 客户端应当能建立");
     let stream = model.stream(
         context,
@@ -121,13 +130,12 @@ async fn a_trailing_slash_on_the_base_url_changes_nothing() {
     let server = MockServer::start(vec![Reply::text("ok")])
         .await
         .expect("本地服务器应当能启动");
-    let model =
-        openai_compatible_model(Endpoint::new(format!("{}/", server.base_url()), KEY), MODEL)
-            .expect("reqwest 客户端应当能建立");
-    let stream = model.stream(&context(), StreamOptions::default());
-    let message = tokio::time::timeout(LIMIT, stream.result())
-        .await
-        .expect("回合必须结束");
+    let message = ask_at(
+        format!("{}/", server.base_url()),
+        &context(),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(
         message.stop_reason,
         StopReason::Stop,
@@ -183,9 +191,7 @@ async fn a_500_keeps_a_short_excerpt_of_its_body() {
 #[tokio::test]
 async fn a_stream_cut_mid_event_is_an_error_that_keeps_the_partial_text() {
     let server = MockServer::start(vec![Reply::Stream(vec![
-        Step::Send(sse_event(
-            &delta(json!({"role": "assistant", "content": "半句"})).to_string(),
-        )),
+        Step::event(&delta(json!({"role": "assistant", "content": "半句"}))),
         Step::Send(b"data: {\"choices\":[{\"index\":0,\"del".to_vec()),
         Step::Cut,
     ])])
@@ -212,9 +218,7 @@ async fn a_stream_cut_mid_event_is_an_error_that_keeps_the_partial_text() {
 #[tokio::test]
 async fn cancelling_a_slow_stream_aborts_and_closes_the_connection() {
     let server = MockServer::start(vec![Reply::Stream(vec![
-        Step::Send(sse_event(
-            &delta(json!({"role": "assistant", "content": "慢"})).to_string(),
-        )),
+        Step::event(&delta(json!({"role": "assistant", "content": "慢"}))),
         Step::Hang,
     ])])
     .await
@@ -245,9 +249,7 @@ async fn cancelling_a_slow_stream_aborts_and_closes_the_connection() {
 #[tokio::test]
 async fn a_reader_that_goes_away_releases_the_connection_without_a_cancel() {
     let server = MockServer::start(vec![Reply::Stream(vec![
-        Step::Send(sse_event(
-            &delta(json!({"role": "assistant", "content": "没人听"})).to_string(),
-        )),
+        Step::event(&delta(json!({"role": "assistant", "content": "没人听"}))),
         Step::Hang,
     ])])
     .await
@@ -282,15 +284,12 @@ async fn a_refused_connection_is_a_network_error() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("能拿到一个空闲端口");
         listener.local_addr().expect("有本地地址").port()
     };
-    let model = openai_compatible_model(
-        Endpoint::new(format!("http://127.0.0.1:{port}/v1"), KEY),
-        MODEL,
+    let message = ask_at(
+        format!("http://127.0.0.1:{port}/v1"),
+        &context(),
+        CancellationToken::new(),
     )
-    .expect("reqwest 客户端应当能建立");
-    let stream = model.stream(&context(), StreamOptions::default());
-    let message = tokio::time::timeout(LIMIT, stream.result())
-        .await
-        .expect("连接被拒绝也必须很快结束");
+    .await;
     let error = message.error_message.clone().unwrap_or_default();
     assert_eq!(
         message.stop_reason,

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use pi_course::http_transport::DEFAULT_BASE_URL;
+use pi_course::http_transport::{DEFAULT_BASE_URL, REDACTED};
 
 pub const BASE_URL_VAR: &str = "OPENAI_COMPATIBLE_BASE_URL";
 pub const API_KEY_VAR: &str = "OPENAI_COMPATIBLE_API_KEY";
@@ -32,7 +32,7 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("base_url", &self.base_url)
-            .field("api_key", &"[REDACTED]")
+            .field("api_key", &REDACTED)
             .field("model", &self.model)
             .field("root", &self.root)
             .finish()

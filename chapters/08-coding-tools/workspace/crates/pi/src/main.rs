@@ -107,22 +107,31 @@ fn exit_code(result: &AgentRunResult, max_steps: usize) -> ExitCode {
     }
 }
 
+/// Runs one task; Ctrl-C cancels it, and the turn still runs to its end so that every call
+/// already made gets its paired result.
+async fn cancellable_turn(
+    session: &mut Session,
+    task: &str,
+    interrupt: &mut Signal,
+) -> Result<AgentRunResult, String> {
+    let cancel = CancellationToken::new();
+    let turn = session.turn(task, cancel.clone());
+    tokio::pin!(turn);
+    loop {
+        tokio::select! {
+            result = &mut turn => return result,
+            _ = interrupt.recv() => cancel.cancel(),
+        }
+    }
+}
+
 async fn print_mode(
     mut session: Session,
     prompt: &str,
     mut interrupt: Signal,
     max_steps: usize,
 ) -> ExitCode {
-    let cancel = CancellationToken::new();
-    let turn = session.turn(prompt, cancel.clone());
-    tokio::pin!(turn);
-    let result = loop {
-        tokio::select! {
-            result = &mut turn => break result,
-            _ = interrupt.recv() => cancel.cancel(),
-        }
-    };
-    match result {
+    match cancellable_turn(&mut session, prompt, &mut interrupt).await {
         Ok(result) => exit_code(&result, max_steps),
         Err(message) => {
             eprintln!("pi：{message}");
@@ -167,16 +176,7 @@ async fn interactive_mode(
         if task.trim().is_empty() {
             continue;
         }
-        let cancel = CancellationToken::new();
-        let turn = session.turn(&task, cancel.clone());
-        tokio::pin!(turn);
-        let result = loop {
-            tokio::select! {
-                result = &mut turn => break result,
-                _ = interrupt.recv() => cancel.cancel(),
-            }
-        };
-        match result {
+        match cancellable_turn(&mut session, &task, &mut interrupt).await {
             // The session goes on after a failed or cancelled turn; only its line is shown.
             Ok(result) => {
                 let _ = exit_code(&result, max_steps);

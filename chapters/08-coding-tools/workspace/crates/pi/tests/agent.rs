@@ -7,7 +7,7 @@ use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use openai_mock::{delta, sse_event, MockServer, Recorded, Reply, Step};
+use openai_mock::{delta, MockServer, Recorded, Reply, Step};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
@@ -289,9 +289,7 @@ async fn a_500_and_a_cut_stream_are_errors() {
             body: "internal error".to_string(),
         },
         Reply::Stream(vec![
-            Step::Send(sse_event(
-                &delta(json!({"role": "assistant", "content": "半"})).to_string(),
-            )),
+            Step::event(&delta(json!({"role": "assistant", "content": "半"}))),
             Step::Send(b"data: {\"choices\":[{\"ind".to_vec()),
             Step::Cut,
         ]),
@@ -326,9 +324,7 @@ async fn a_500_and_a_cut_stream_are_errors() {
 async fn ctrl_c_cancels_a_slow_turn_and_closes_the_connection() {
     let scratch = Scratch::new("cancel");
     let server = MockServer::start(vec![Reply::Stream(vec![
-        Step::Send(sse_event(
-            &delta(json!({"role": "assistant", "content": "慢慢来"})).to_string(),
-        )),
+        Step::event(&delta(json!({"role": "assistant", "content": "慢慢来"}))),
         Step::Hang,
     ])])
     .await
@@ -386,9 +382,7 @@ async fn interactive_mode_keeps_the_transcript_and_survives_ctrl_c() {
     let server = MockServer::start(vec![
         Reply::text("第一个回答"),
         Reply::Stream(vec![
-            Step::Send(sse_event(
-                &delta(json!({"role": "assistant", "content": "慢"})).to_string(),
-            )),
+            Step::event(&delta(json!({"role": "assistant", "content": "慢"}))),
             Step::Hang,
         ]),
         Reply::text("第三个回答"),
