@@ -4,6 +4,7 @@ mod book;
 mod browser;
 mod checkout;
 mod codegen;
+mod html;
 mod mutants;
 mod verify;
 
