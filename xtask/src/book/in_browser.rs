@@ -194,7 +194,7 @@ fn card_problems(dom: &Html, heading: &str) -> Vec<String> {
         .collect();
     let cards: Vec<&String> = sections
         .iter()
-        .filter(|(text, _)| text.ends_with("卡片") || text == "本章练习一览")
+        .filter(|(text, _)| text.ends_with("卡片"))
         .map(|(text, _)| text)
         .collect();
     if cards != [heading] {
@@ -648,13 +648,13 @@ mod tests {
         assert_eq!(card_problems(&dom(), "重建卡片"), Vec::<String>::new());
         let two = DOM.replace(
             "<h2 id=\"全景\">全景</h2>",
-            "<div class=\"chapter-card\"><h2>本章练习一览</h2></div>",
+            "<div class=\"chapter-card\"><h2>练习卡片</h2></div>",
         );
         assert_eq!(
             card_problems(&html::parse(&two), "重建卡片"),
             [
                 "应有 1 张卡片，实际有 2 张",
-                "卡片标题应只有“重建卡片”一个，实际是 [重建卡片、本章练习一览]"
+                "卡片标题应只有“重建卡片”一个，实际是 [重建卡片、练习卡片]"
             ]
         );
         let unboxed = DOM.replace("<div class=\"chapter-card\">", "<div>");

@@ -7,7 +7,7 @@ use std::path::Path;
 use percent_encoding::percent_decode_str;
 use scraper::Html;
 
-use super::pages::{is_external, normalize, parent};
+use super::paths::{is_external, normalize, parent};
 use crate::checkout::Failure;
 use crate::html;
 

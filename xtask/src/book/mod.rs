@@ -9,8 +9,8 @@
 //! broken one, or any mdBook warning, fails the build. `--check-browser` then opens the site
 //! in headless Chromium and checks what a reader sees (`in_browser`).
 //!
-//! Layers, each file using only those below it: `markdown` (reading Markdown with mdBook's own
-//! parser) → `pages` → `mdbook`, `links` → `build` → `in_browser` → this command. The HTML
+//! Layers, each file using only those before it: `markdown` (reading Markdown with mdBook's own
+//! parser), `paths` → `pages` → `mdbook`, `links` → `build` → `in_browser` → this command. The HTML
 //! reading shared with the browser check is `crate::html`, the Chromium driver `crate::browser`.
 //!
 //! Chinese search: mdBook 0.5.4 splits its search index at whitespace, so a Chinese term is
@@ -24,6 +24,7 @@ mod links;
 mod markdown;
 mod mdbook;
 mod pages;
+mod paths;
 
 use crate::browser;
 use crate::checkout::Failure;

@@ -19,6 +19,7 @@ use course_cli::files::FileSet;
 use course_cli::runner::ChapterId;
 
 use super::markdown;
+use super::paths::{is_external, normalize, parent};
 use crate::checkout::Failure;
 
 /// Sources of the pages that are not chapter guides, relative to the repository root.
@@ -122,34 +123,6 @@ impl Page {
 /// `06-tool-contract.md`
 fn chapter_file(chapter: &Chapter) -> String {
     format!("{}-{}.md", chapter.id, chapter.slug)
-}
-
-/// `dir` joined with the relative `path`, `.` and `..` resolved; `None` above the root.
-pub fn normalize(dir: &str, path: &str) -> Option<String> {
-    let mut parts: Vec<&str> = dir.split('/').filter(|part| !part.is_empty()).collect();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            part => parts.push(part),
-        }
-    }
-    Some(parts.join("/"))
-}
-
-/// The directory part of a `/`-separated path.
-pub fn parent(path: &str) -> &str {
-    path.rsplit_once('/').map_or("", |(dir, _)| dir)
-}
-
-pub fn is_external(link: &str) -> bool {
-    link.contains("://")
-        || link.starts_with("//")
-        || ["mailto:", "data:", "javascript:", "tel:"]
-            .iter()
-            .any(|scheme| link.starts_with(scheme))
 }
 
 /// Repository file → the page that shows it, for pointing links between the sources at pages.
