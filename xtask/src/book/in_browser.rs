@@ -463,7 +463,7 @@ fn run_checks(built: &Built, browser: &Chromium) -> Result<Tally, Failure> {
             Ok(layout) => {
                 problems.extend(layout_problems(&layout));
                 measured = format!(
-                    "，表格 {} 个前两列可见，字符画 {} 个对齐",
+                    "，{} 个表格不藏列，{} 幅字符画对齐",
                     layout.tables.len(),
                     layout.diagrams.len()
                 );
