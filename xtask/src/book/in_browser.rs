@@ -44,8 +44,10 @@ const WINDOW: Window = Window {
 /// How much of a page the screenshots show.
 const SCREENSHOT_HEIGHT: u32 = 1800;
 const LAYOUT_PROBE: &str = include_str!("../../book/layout-probe.js");
-/// The CJK monospace font the book's code font stack counts on (`book/book.css`).
+/// The fonts the book's code font stack counts on (`book/book.css`): half-width ASCII and
+/// full-width CJK from the first, box drawing and arrows from the second.
 const CJK_MONO_FONT: &str = "Noto Sans Mono CJK SC";
+const NARROW_SYMBOLS_FONT: &str = "DejaVu Sans Mono";
 
 /// What `layout-probe.js` measured on one page.
 #[derive(Debug, Deserialize)]
@@ -280,7 +282,11 @@ fn layout_problems(layout: &Layout) -> Vec<String> {
             first.width,
             diagram.font
         );
-        if !layout.cjk_mono_font {
+        if layout.cjk_mono_font {
+            problem.push_str(&format!(
+                "；框线与箭头要用 {NARROW_SYMBOLS_FONT}（fonts-dejavu-core）"
+            ));
+        } else {
             problem.push_str(&format!(
                 "；没有找到字体 {CJK_MONO_FONT}，请安装 fonts-noto-cjk"
             ));
@@ -677,7 +683,8 @@ mod tests {
                 "表格“Lab | 内容”的前两列有 1 个单元格看不见，例如“Lab 6.1”",
                 "表格“Lab | 内容”的框伸到了窗口外（右边缘 1300 px）",
                 "表格“Lab | 内容”比它的框宽（900 > 700 px），框却不能横向滚动",
-                "字符画“a ─ b”有 1 行没有对齐：例如“中 │”应占 4 列 = 28.0 px，实际 35.0 px（字体 pi）",
+                "字符画“a ─ b”有 1 行没有对齐：例如“中 │”应占 4 列 = 28.0 px，实际 35.0 px（字体 pi）；\
+                 框线与箭头要用 DejaVu Sans Mono（fonts-dejavu-core）",
             ]
         );
         let good = Layout {
