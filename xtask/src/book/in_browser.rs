@@ -526,7 +526,8 @@ fn run_checks(built: &Built, browser: &Chromium) -> Result<Tally, Failure> {
             browser::query_value(term)
         );
         let dom = html::parse(&browser.dom(&query, name)?);
-        tally.record_search(&dom, term, &chapter_html);
+        let (problems, ok_line) = search_problems(&dom, term, &chapter_html);
+        tally.record(problems, ok_line);
     }
 
     let shots = built.dir.join("screenshots");
@@ -543,46 +544,41 @@ fn run_checks(built: &Built, browser: &Chromium) -> Result<Tally, Failure> {
     Ok(tally)
 }
 
-impl Tally {
-    /// The search for `term`: results where they should be, header and box in Chinese.
-    fn record_search(&mut self, dom: &Html, term: &str, chapter_html: &str) {
-        let mut problems = Vec::new();
-        let Some((header, links)) = search_results(dom) else {
-            self.record(
-                vec![format!("搜索“{term}”：页面上没有搜索结果区")],
-                String::new(),
-            );
-            return;
-        };
-        let in_chapter = links
-            .iter()
-            .filter(|link| link.split(['?', '#']).next() == Some(chapter_html))
-            .count();
-        let absent = term == ABSENT_TERM;
-        if absent && !links.is_empty() {
-            problems.push(format!("搜索不存在的“{term}”却有 {} 条结果", links.len()));
-        }
-        if !absent && in_chapter == 0 {
-            problems.push(format!(
-                "搜索“{term}”没有找到 {chapter_html}（{header}，结果：{}）",
-                links.join(", ")
-            ));
-        }
-        let wanted = search_header(term, links.len());
-        if header != wanted {
-            problems.push(format!("搜索结果的标题是“{header}”，应是“{wanted}”"));
-        }
-        let placeholder = search_placeholder(dom).unwrap_or_default();
-        if placeholder != SEARCH_PLACEHOLDER || !has_cjk(&placeholder) {
-            problems.push(format!(
-                "搜索框的提示是“{placeholder}”，应是“{SEARCH_PLACEHOLDER}”"
-            ));
-        }
-        self.record(
-            problems,
-            format!("搜索“{term}”：{header}（{in_chapter} 条在 {chapter_html}）"),
+/// The search for `term`, opened as `dom`: results where they should be, header and box in
+/// Chinese. Returns the problems and the line to print when there are none.
+fn search_problems(dom: &Html, term: &str, chapter_html: &str) -> (Vec<String>, String) {
+    let Some((header, links)) = search_results(dom) else {
+        return (
+            vec![format!("搜索“{term}”：页面上没有搜索结果区")],
+            String::new(),
         );
+    };
+    let mut problems = Vec::new();
+    let in_chapter = links
+        .iter()
+        .filter(|link| link.split(['?', '#']).next() == Some(chapter_html))
+        .count();
+    if term == ABSENT_TERM && !links.is_empty() {
+        problems.push(format!("搜索不存在的“{term}”却有 {} 条结果", links.len()));
     }
+    if term != ABSENT_TERM && in_chapter == 0 {
+        problems.push(format!(
+            "搜索“{term}”没有找到 {chapter_html}（{header}，结果：{}）",
+            links.join(", ")
+        ));
+    }
+    let wanted = search_header(term, links.len());
+    if header != wanted {
+        problems.push(format!("搜索结果的标题是“{header}”，应是“{wanted}”"));
+    }
+    let placeholder = search_placeholder(dom).unwrap_or_default();
+    if placeholder != SEARCH_PLACEHOLDER || !has_cjk(&placeholder) {
+        problems.push(format!(
+            "搜索框的提示是“{placeholder}”，应是“{SEARCH_PLACEHOLDER}”"
+        ));
+    }
+    let ok_line = format!("搜索“{term}”：{header}（{in_chapter} 条在 {chapter_html}）");
+    (problems, ok_line)
 }
 
 #[cfg(test)]
@@ -647,6 +643,18 @@ mod tests {
             Some(SEARCH_PLACEHOLDER)
         );
         assert_eq!(search_header("龘", 0), "没有找到包含“龘”的内容。");
+        assert_eq!(
+            search_problems(&dom, "不变量", "06-tool-contract.html").0,
+            Vec::<String>::new()
+        );
+        let english = DOM.replace(
+            "找到 2 条包含“不变量”的结果：",
+            "2 search results for '不变量':",
+        );
+        assert_eq!(
+            search_problems(&html::parse(&english), "不变量", "06-tool-contract.html").0,
+            ["搜索结果的标题是“2 search results for '不变量':”，应是“找到 2 条包含“不变量”的结果：”"]
+        );
     }
 
     #[test]
