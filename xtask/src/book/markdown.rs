@@ -84,26 +84,27 @@ pub fn title(markdown: &str) -> Option<String> {
         .map(|heading| heading.text)
 }
 
-/// The byte range of the `## {title}` section: from its heading to the next heading of
-/// level 1 or 2 (or the end).
-pub fn section_range(markdown: &str, title: &str) -> Option<Range<usize>> {
-    let headings = headings(markdown);
-    let at = headings
-        .iter()
-        .position(|heading| heading.level == 2 && heading.text == title)?;
-    let end = headings[at + 1..]
-        .iter()
+/// The `## {title}` heading and where its section ends: at the next heading of level 1 or 2
+/// (or the end of the text).
+fn section(markdown: &str, title: &str) -> Option<(Heading, usize)> {
+    let mut headings = headings(markdown).into_iter();
+    let heading = headings.find(|heading| heading.level == 2 && heading.text == title)?;
+    let end = headings
         .find(|heading| heading.level <= 2)
         .map_or(markdown.len(), |heading| heading.range.start);
-    Some(headings[at].range.start..end)
+    Some((heading, end))
+}
+
+/// The byte range of the `## {title}` section, its heading included.
+pub fn section_range(markdown: &str, title: &str) -> Option<Range<usize>> {
+    let (heading, end) = section(markdown, title)?;
+    Some(heading.range.start..end)
 }
 
 /// The body of the `## {title}` section, heading left out, trimmed, ending in a newline.
 pub fn section_body(markdown: &str, title: &str) -> Option<String> {
-    let range = section_range(markdown, title)?;
-    let text = &markdown[range];
-    let body = text.split_once('\n').map_or("", |(_, body)| body);
-    Some(body.trim().to_string() + "\n")
+    let (heading, end) = section(markdown, title)?;
+    Some(markdown[heading.range.end..end].trim().to_string() + "\n")
 }
 
 /// Whether `text` has a Chinese or Japanese character.

@@ -251,16 +251,13 @@ pub fn pages(catalog: &Catalog, data: &FileSet, readme: &str) -> Result<Vec<Page
         glossary,
     ));
 
-    let body = chinese[instructors]
-        .split_once('\n')
-        .map_or("", |(_, body)| body)
-        .trim();
+    let body = markdown::section_body(&chinese, INSTRUCTORS).unwrap_or_default();
     let mut page = Page::new(
         "instructors.md",
         INSTRUCTORS.into(),
         INSTRUCTORS.into(),
         Part::Reference,
-        format!("# {INSTRUCTORS}\n\n{body}\n"),
+        format!("# {INSTRUCTORS}\n\n{body}"),
     );
     page.must_show = INSTRUCTOR_COMMANDS.iter().map(|c| c.to_string()).collect();
     pages.push(page);
