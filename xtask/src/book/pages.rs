@@ -174,55 +174,12 @@ pub fn pages(catalog: &Catalog, data: &FileSet, readme: &str) -> Result<Vec<Page
             .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
             .ok_or_else(|| Failure(format!("课程书缺少来源文件 {path}")))
     };
-
-    let chinese = targets.rewrite(&markdown::chinese_part(readme), README);
-    let instructors = markdown::section_range(&chinese, INSTRUCTORS).ok_or_else(|| {
-        Failure(format!(
-            "{README} 的中文部分没有 `## {INSTRUCTORS}` 一节（讲师命令放在这一节，课程书把它放到单独一页）"
-        ))
-    })?;
-    let mut front = format!(
-        "{}\n\n{}",
-        chinese[..instructors.start].trim_end(),
-        chinese[instructors.end..].trim_start()
-    );
-    // The README's links to its own instructors' section now lead to that section's page.
-    let to_section = format!("#{INSTRUCTORS}");
-    front = markdown::rewrite_destinations(&front, |link| {
-        (link == to_section).then(|| "instructors.md".to_string())
-    });
-    let heading = markdown::title(&front)
-        .ok_or_else(|| Failure(format!("{README} 的中文部分没有 `# ` 标题行")))?;
-    front = front.trim_end().to_string() + "\n";
-    front.push_str(&book_contents(catalog));
-    let mut front = Page::new("index.md", "课程首页".into(), heading, Part::Front, front);
-    front.must_show = LEARNER_COMMANDS.iter().map(|c| c.to_string()).collect();
-    front.must_not_show = INSTRUCTOR_COMMANDS.iter().map(|c| c.to_string()).collect();
+    let (front, instructors) = readme_pages(catalog, &targets.rewrite(readme, README))?;
     let mut pages = vec![front];
-
     for chapter in catalog.chapters() {
         let path = chapter.guide();
         let guide = targets.rewrite(&text(path.as_str())?, path.as_str());
-        let heading = markdown::title(&guide)
-            .ok_or_else(|| Failure(format!("{path} 的第一行必须是 `# 第 NN 章　标题`")))?;
-        let card = card_heading(chapter.mode());
-        let markdown = boxed_card(&guide, card)
-            .ok_or_else(|| Failure(format!("{path} 没有 `## {card}` 一节")))?;
-        let mut page = Page::new(
-            &chapter_file(chapter),
-            format!("第 {} 章　{}", chapter.id, chapter.title),
-            heading,
-            Part::Chapters,
-            markdown,
-        );
-        page.chapter = Some(chapter.id);
-        page.card = Some(card);
-        page.must_show = chapter
-            .groups
-            .iter()
-            .map(|group| format!("cargo xtask test {} --group {}", chapter.id, group.name))
-            .collect();
-        pages.push(page);
+        pages.push(chapter_page(chapter, &guide)?);
     }
 
     let tutor = targets.rewrite(&text(TUTOR_GUIDE)?, TUTOR_GUIDE);
@@ -236,8 +193,7 @@ pub fn pages(catalog: &Catalog, data: &FileSet, readme: &str) -> Result<Vec<Page
         tutor,
     ));
 
-    let style = text(STYLE_GUIDE)?;
-    let glossary = markdown::section_body(&style, GLOSSARY)
+    let glossary = markdown::section_body(&text(STYLE_GUIDE)?, GLOSSARY)
         .ok_or_else(|| Failure(format!("{STYLE_GUIDE} 没有 `## {GLOSSARY}` 一节")))?;
     let glossary = format!(
         "# {GLOSSARY}\n\n> 摘自课程写作规范 `{STYLE_GUIDE}`：全课程统一的说法。\n\n{}",
@@ -250,18 +206,78 @@ pub fn pages(catalog: &Catalog, data: &FileSet, readme: &str) -> Result<Vec<Page
         Part::Reference,
         glossary,
     ));
+    pages.push(instructors);
+    Ok(pages)
+}
+
+/// The front page and the instructors' page, from the README (links already pointed at
+/// pages): its Chinese half without the instructors' section, then the chapter list; and
+/// that section on a page of its own.
+fn readme_pages(catalog: &Catalog, readme: &str) -> Result<(Page, Page), Failure> {
+    let chinese = markdown::chinese_part(readme);
+    let section = markdown::section_range(&chinese, INSTRUCTORS).ok_or_else(|| {
+        Failure(format!(
+            "{README} 的中文部分没有 `## {INSTRUCTORS}` 一节（讲师命令放在这一节，课程书把它放到单独一页）"
+        ))
+    })?;
+    let learner = format!(
+        "{}\n\n{}",
+        chinese[..section.start].trim_end(),
+        chinese[section.end..].trim_start()
+    );
+    // The README's links to its own instructors' section now lead to that section's page.
+    let to_section = format!("#{INSTRUCTORS}");
+    let learner = markdown::rewrite_destinations(&learner, |link| {
+        (link == to_section).then(|| "instructors.md".to_string())
+    });
+    let heading = markdown::title(&learner)
+        .ok_or_else(|| Failure(format!("{README} 的中文部分没有 `# ` 标题行")))?;
+    let markdown = learner.trim_end().to_string() + "\n" + &book_contents(catalog);
+    let mut front = Page::new(
+        "index.md",
+        "课程首页".into(),
+        heading,
+        Part::Front,
+        markdown,
+    );
+    front.must_show = LEARNER_COMMANDS.iter().map(|c| c.to_string()).collect();
+    front.must_not_show = INSTRUCTOR_COMMANDS.iter().map(|c| c.to_string()).collect();
 
     let body = markdown::section_body(&chinese, INSTRUCTORS).unwrap_or_default();
-    let mut page = Page::new(
+    let mut instructors = Page::new(
         "instructors.md",
         INSTRUCTORS.into(),
         INSTRUCTORS.into(),
         Part::Reference,
         format!("# {INSTRUCTORS}\n\n{body}"),
     );
-    page.must_show = INSTRUCTOR_COMMANDS.iter().map(|c| c.to_string()).collect();
-    pages.push(page);
-    Ok(pages)
+    instructors.must_show = INSTRUCTOR_COMMANDS.iter().map(|c| c.to_string()).collect();
+    Ok((front, instructors))
+}
+
+/// A chapter's page: its guide (links already pointed at pages) with its own card boxed.
+fn chapter_page(chapter: &Chapter, guide: &str) -> Result<Page, Failure> {
+    let path = chapter.guide();
+    let heading = markdown::title(guide)
+        .ok_or_else(|| Failure(format!("{path} 的第一行必须是 `# 第 NN 章　标题`")))?;
+    let card = card_heading(chapter.mode());
+    let markdown =
+        boxed_card(guide, card).ok_or_else(|| Failure(format!("{path} 没有 `## {card}` 一节")))?;
+    let mut page = Page::new(
+        &chapter_file(chapter),
+        format!("第 {} 章　{}", chapter.id, chapter.title),
+        heading,
+        Part::Chapters,
+        markdown,
+    );
+    page.chapter = Some(chapter.id);
+    page.card = Some(card);
+    page.must_show = chapter
+        .groups
+        .iter()
+        .map(|group| format!("cargo xtask test {} --group {}", chapter.id, group.name))
+        .collect();
+    Ok(page)
 }
 
 /// The guide with its `## {card}` section inside the card box; `None` without that section.
