@@ -1627,30 +1627,60 @@ mod output {
 
     #[test]
     fn control_characters_never_reach_the_model() {
-        for (raw, clean) in [
-            ("plain\ttext\n", "plain\ttext\n"),
-            ("\u{1b}[1;31mred\u{1b}[0m plain\n", "red plain\n"),
-            ("\u{1b}[2J\u{1b}[Hcleared\n", "cleared\n"),
-            ("a\u{1b}]0;title\u{7}b\n", "ab\n"),
+        for (raw, clean, rule) in [
+            ("plain\ttext\n", "plain\ttext\n", "换行与制表符原样保留"),
+            (
+                "\u{1b}[1;31mred\u{1b}[0m plain\n",
+                "red plain\n",
+                "颜色这类 CSI 转义序列整段去掉，不能只去掉 ESC 留下 [1;31m",
+            ),
+            (
+                "\u{1b}[2J\u{1b}[Hcleared\n",
+                "cleared\n",
+                "清屏、移动光标的转义序列整段去掉",
+            ),
+            (
+                "a\u{1b}]0;title\u{7}b\n",
+                "ab\n",
+                "OSC 序列（比如改窗口标题）一直去到 BEL",
+            ),
             (
                 "a\u{1b}]8;;http://x\u{1b}\\link\u{1b}]8;;\u{1b}\\b\n",
                 "alinkb\n",
+                "OSC 序列也可以以 ESC \\ 结束（终端里的超链接），后面的文字照常保留",
             ),
             (
                 "bell\u{7} nul\0 del\u{7f} reset\u{1b}c c1\u{9b}\n",
                 "bell nul del reset c1\n",
+                "其余控制字符（BEL、NUL、DEL、C1）和 ESC 加一个字符的序列一律去掉",
             ),
-            ("unfinished \u{1b}[31", "unfinished "),
-            ("line\r\nnext\r\n", "line\nnext\n"),
-            ("10%\r50%\r100%\ndone\n", "100%\ndone\n"),
-            ("\r\u{1b}[Kredrawn\n", "redrawn\n"),
-            ("kept\r", "kept"),
-            ("a\r\r\nb\n", "a\nb\n"),
+            (
+                "unfinished \u{1b}[31",
+                "unfinished ",
+                "没写完的转义序列也不给模型看",
+            ),
+            ("line\r\nnext\r\n", "line\nnext\n", "\\r\\n 是一个换行"),
+            (
+                "10%\r50%\r100%\ndone\n",
+                "100%\ndone\n",
+                "后面还有内容的单独 \\r 擦掉这一行在它之前的内容：进度条只留最后的样子",
+            ),
+            (
+                "\r\u{1b}[Kredrawn\n",
+                "redrawn\n",
+                "\\r 之后是清行序列再重画：只留重画之后的内容",
+            ),
+            ("kept\r", "kept", "行尾的 \\r 后面没有内容，不擦掉这一行"),
+            (
+                "a\r\r\nb\n",
+                "a\nb\n",
+                "几个 \\r 之后紧跟换行：这一行同样保留",
+            ),
         ] {
             assert_eq!(
                 clean_output(raw),
                 clean,
-                "{raw:?}：转义序列和控制字符不给模型看，只留 \\n 与 \\t；\\r\\n 是换行，后面还有内容的单独 \\r 擦掉这一行之前的内容"
+                "{raw:?}：{rule}（转义序列和控制字符不给模型看）"
             );
         }
         let mut binary = OutputCapture::new(100);
@@ -1673,13 +1703,15 @@ mod output {
     fn the_status_line_says_how_the_command_ended() {
         let timeout = Duration::from_secs(7);
         let exited = |code, signal| Ending::Exited { code, signal };
-        for (ending, output, shown, exit_code, signal) in [
+        // (ending, output, shown text, exitCode, signal, the rule)
+        let cases = [
             (
                 exited(Some(0), None),
                 "",
                 NO_OUTPUT.to_string(),
                 json!(0),
                 json!(null),
+                "退出码 0 而没有输出：文本是 NO_OUTPUT，不是错误",
             ),
             (
                 exited(Some(0), None),
@@ -1687,6 +1719,7 @@ mod output {
                 "ok\n".to_string(),
                 json!(0),
                 json!(null),
+                "退出码 0：只有输出，没有状态行，不是错误",
             ),
             (
                 exited(Some(3), None),
@@ -1694,6 +1727,7 @@ mod output {
                 "out\n[退出码 3]".to_string(),
                 json!(3),
                 json!(null),
+                "非零退出码：先补一个换行，再写 [退出码 n]，结果是错误",
             ),
             (
                 exited(None, Some(15)),
@@ -1701,6 +1735,7 @@ mod output {
                 "[命令被信号 15 终止]".to_string(),
                 json!(null),
                 json!(15),
+                "被信号杀死的命令没有退出码：状态行写出信号，details.signal 是它，结果是错误",
             ),
             (
                 Ending::Unknown,
@@ -1708,6 +1743,7 @@ mod output {
                 format!("partial\n{ENDING_UNKNOWN}"),
                 json!(null),
                 json!(null),
+                "wait() 失败、不知道命令怎样结束：照样是错误，状态行说明不知道",
             ),
             (
                 Ending::TimedOut,
@@ -1715,6 +1751,7 @@ mod output {
                 "slow\n[命令超时（7 秒），已终止它的进程组]".to_string(),
                 json!(null),
                 json!(null),
+                "超时：状态行写出 timeout 的秒数，结果是错误",
             ),
             (
                 Ending::Cancelled,
@@ -1722,6 +1759,7 @@ mod output {
                 CANCELLED.to_string(),
                 json!(null),
                 json!(null),
+                "运行中被取消：状态行是 CANCELLED，结果是错误",
             ),
             (
                 Ending::NotStarted,
@@ -1729,8 +1767,10 @@ mod output {
                 CANCELLED_BEFORE_START.to_string(),
                 json!(null),
                 json!(null),
+                "启动前已取消：状态行是 CANCELLED_BEFORE_START，结果是错误",
             ),
-        ] {
+        ];
+        for (ending, output, shown, exit_code, signal, rule) in cases {
             let result = bash_output("some command", run(ending, output), timeout);
             let ok = ending == exited(Some(0), None);
             assert_eq!(
@@ -1743,7 +1783,7 @@ mod output {
                     result.is_error
                 ),
                 (shown, Some(!ok)),
-                "{ending:?}：输出后面跟一行说明结局的状态，只有退出码 0 才不是错误"
+                "{ending:?}：{rule}"
             );
             assert_eq!(
                 result.details,
@@ -2401,7 +2441,12 @@ mod bash {
     #[tokio::test]
     async fn no_process_of_the_group_outlives_the_call() {
         let scratch = Scratch::new("bash-leftovers");
-        let tools = scratch.tools();
+        // A long output grace: only a process of the group that is still alive could write
+        // during it, and none may be.
+        let tools = scratch.tools().with_limits(Limits {
+            output_grace: Duration::from_secs(4),
+            ..Limits::default()
+        });
         let registry = registry(vec![tools.bash_tool()]);
         let ws = scratch.ws();
         let _reaper = Reaper(vec![
@@ -2413,13 +2458,13 @@ mod bash {
         let finished = call(
             &registry,
             "bash",
-            json!({"command": "sleep 30 & echo $! > job.pid; echo started"}),
+            json!({"command": "(sleep 2; echo late) & echo $! > job.pid; echo started"}),
         )
         .await;
         assert_eq!(
             (body(&finished), finished.is_error),
             ("started\n".to_string(), false),
-            "命令自己很快就结束了：结果是它的输出"
+            "命令正常结束时同样立刻给整个进程组发 SIGKILL：它留在后台的任务不能再写出任何东西"
         );
         let job = pid_in(&ws.join("job.pid")).expect("job.pid 里有后台任务的 pid");
         until(
