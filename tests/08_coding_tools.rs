@@ -2207,6 +2207,27 @@ mod bash {
             "正好 1000 字节的输出不截断，也不存文件"
         );
 
+        // Two pipes give two chunks, each below the cap: the one read first is saved too.
+        let two = call(
+            &registry,
+            "bash",
+            json!({"command": "printf '%0600d' 0; printf '%0600d' 1 >&2"}),
+        )
+        .await;
+        let saved_two = two
+            .details
+            .as_ref()
+            .and_then(|d| d["fullOutputPath"].as_str())
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let (first, second) = ("0".repeat(600), format!("{}1", "0".repeat(599)));
+        let content = content_of(&saved_two);
+        assert!(
+            content == format!("{first}{second}") || content == format!("{second}{first}"),
+            "越过上限之前读到的输出也要存进文件：文件从第一个字节开始，是完整的输出（实际 {} 字节）",
+            content.len()
+        );
+
         // Far above a pipe's buffer (64 KiB): the command must be read while it runs.
         let full: String = (1..=40000).map(|n| format!("{n}\n")).collect();
         let long = call(&registry, "bash", json!({"command": "seq 1 40000"})).await;

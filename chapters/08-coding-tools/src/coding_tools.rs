@@ -1154,13 +1154,14 @@ impl CodingTools {
         let variables = self
             .environment
             .iter()
-            .filter(|(name, _)| !is_secret_name(name));
+            .filter(|(name, _)| !is_secret_name(name))
+            .map(|(name, value)| (name, value));
         let mut child = tokio::process::Command::new(&shell)
             .arg("-c")
             .arg(command)
             .current_dir(self.workspace.root())
             .env_clear()
-            .envs(variables.map(|(name, value)| (name, value)))
+            .envs(variables)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
