@@ -1,5 +1,7 @@
 //! Held-out tests for chapter 08 (instructor only): other files and paths, multi-byte text,
-//! a symlink chain, adjacent edits, an empty write and quiet or failing commands.
+//! a symlink chain, adjacent edits, an empty write, quiet or failing commands, a CRLF file with
+//! a BOM edited in a batch, a tail cut through two-byte characters and secret names in other
+//! spellings.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -162,5 +164,79 @@ async fn quiet_failures_and_stderr_only_successes() {
         (body(&warned), warned.is_error),
         ("careful\n".to_string(), false),
         "只写 stderr 的成功命令：输出照样返回，不是错误"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_edit_of_a_crlf_file_with_a_bom() {
+    let scratch = Scratch::new("crlf-bom");
+    let file = scratch.project().join("config.ini");
+    std::fs::write(&file, "\u{feff}[a]\r\nx = 1\r\n[b]\r\ny = 2\r\n").expect("测试需要能写文件");
+    let tools = CodingTools::new(scratch.project()).expect("project 是存在的目录");
+    let result = call(
+        &tools,
+        "edit",
+        json!({"path": "config.ini", "edits": [
+            {"oldText": "[b]\ny", "newText": "[b]\nz"},
+            {"oldText": "x = 1", "newText": "x = 10\n# changed"}
+        ]}),
+    )
+    .await;
+    assert_eq!(
+        (body(&result), std::fs::read_to_string(&file).ok()),
+        (
+            "已在 config.ini 中替换 2 处".to_string(),
+            Some("\u{feff}[a]\r\nx = 10\r\n# changed\r\n[b]\r\nz = 2\r\n".to_string())
+        ),
+        "BOM 留在开头，一批修改按 LF 写也能匹配，新文字用文件的 CRLF"
+    );
+}
+
+#[test]
+fn a_tail_cut_through_two_byte_characters_keeps_whole_ones() {
+    let accents = "é".repeat(200);
+    let mut capture = OutputCapture::new(101);
+    for chunk in accents.as_bytes().chunks(7) {
+        capture.push(chunk);
+    }
+    let note = bash_truncation_note(400, 101, None);
+    let room = 101 - note.len();
+    assert_eq!(
+        capture.finish(None),
+        (format!("{note}{}", "é".repeat(room / 2)), true),
+        "两字节的字符被切开时，结尾从下一个完整的字符开始，总长不超过上限"
+    );
+}
+
+#[tokio::test]
+async fn secret_names_are_found_in_any_case_and_position() {
+    let scratch = Scratch::new("secrets");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let tools = CodingTools::new(scratch.project())
+        .expect("project 是存在的目录")
+        .with_environment([
+            ("PATH", path.into_string().unwrap_or_default()),
+            ("Session_Token", "t".to_string()),
+            ("db_password_file", "p".to_string()),
+            ("X_SECRET_Y", "s".to_string()),
+            ("apikey", "k".to_string()),
+            ("KY", "kept".to_string()),
+        ]);
+    let result = call(&tools, "bash", json!({"command": "env"})).await;
+    let names: Vec<String> = body(&result)
+        .lines()
+        .filter_map(|line| line.split_once('=').map(|(name, _)| name.to_string()))
+        .collect();
+    let has = |name: &str| names.iter().any(|each| each == name);
+    assert_eq!(
+        (
+            has("Session_Token"),
+            has("db_password_file"),
+            has("X_SECRET_Y"),
+            has("apikey"),
+            has("KY")
+        ),
+        (false, false, false, false, true),
+        "名字里任何位置、任何大小写带着 KEY、TOKEN、SECRET 或 PASSWORD 的变量都不进入命令的环境，其余照常"
     );
 }
