@@ -7,6 +7,7 @@
 
 pub mod assemble;
 pub mod catalog;
+pub mod codegen;
 pub mod copies;
 pub mod derive;
 pub mod files;
