@@ -6,7 +6,9 @@
 //!   with a header;
 //! - the chapter table in `README.md`;
 //! - one command block per chapter in the tutor guide (`chapters/_crate/AGENT_GUIDE.md`): each
-//!   Lab's `cargo xtask test NN --group G` with its `n/n`, and the chapter's total.
+//!   Lab's `cargo xtask test NN --group G` with its `n/n`, and the chapter's total. A chapter's
+//!   section in that guide is prose written when the chapter is ready; its block is filled
+//!   wherever the section places it.
 //!
 //! The last two are blocks inside hand-written Markdown, between HTML comments that render as
 //! nothing:
@@ -228,14 +230,18 @@ pub fn generate(
         README.to_string(),
         fill_blocks(README, current(README)?, &table)?,
     );
+    // A chapter's tutor notes are prose someone writes when the chapter is ready, so a
+    // chapter without a section (a new one) has no block yet; one that has it gets it filled.
+    let guide = current(TUTOR_GUIDE)?;
     let commands: BTreeMap<String, String> = catalog
         .chapters()
         .iter()
         .map(|chapter| (commands_block(chapter), chapter_commands(chapter)))
+        .filter(|(name, _)| guide.contains(&block_start(name)))
         .collect();
     files.insert(
         TUTOR_GUIDE.to_string(),
-        fill_blocks(TUTOR_GUIDE, current(TUTOR_GUIDE)?, &commands)?,
+        fill_blocks(TUTOR_GUIDE, guide, &commands)?,
     );
     Ok(files)
 }

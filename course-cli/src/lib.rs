@@ -17,6 +17,7 @@ pub mod learning;
 pub mod paths;
 pub mod plan;
 pub mod regions;
+pub mod scaffold;
 pub mod sources;
 pub mod write;
 

@@ -6,6 +6,7 @@ mod checkout;
 mod codegen;
 mod lockfile;
 mod mutants;
+mod new_chapter;
 mod out;
 mod verdict;
 mod verify;
@@ -64,6 +65,16 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// 为新章节生成作者要写的文件并在清单末尾加上条目（不覆盖任何文件）
+    NewChapter {
+        /// 章节编号，例如 09
+        chapter: String,
+        /// 目录名里的英文短名，例如 session-store
+        slug: String,
+        /// 中文标题
+        #[arg(long)]
+        title: Option<String>,
+    },
     /// 用 cargo 写出某一章新增包后的 Cargo.lock：从上一份锁文件出发，只增不改
     Lock { chapter: String },
     /// 用 cargo-mutants 在某一章的参考快照上运行公开测试（讲师用，不在 CI 中）
@@ -90,6 +101,11 @@ fn main() -> ExitCode {
         } => snapshot(&chapter, &dir, solved.as_deref()),
         Command::Codegen { check } => codegen::run(check),
         Command::Lock { chapter } => lockfile::run(&chapter),
+        Command::NewChapter {
+            chapter,
+            slug,
+            title,
+        } => new_chapter::run(&chapter, &slug, title.as_deref()),
         Command::Mutants { chapter } => mutants::run(&chapter),
         Command::Book { check_browser } => book::run(check_browser),
         Command::Ci => ci(),
