@@ -391,8 +391,10 @@ impl Verifier<'_> {
             .course
             .materialize(&format!("{}-practice", chapter.id), practice)?;
         let started = Instant::now();
+        // An observe chapter's practice code is its reference, whose chain was judged above:
+        // its own groups are what is new here.
         let (must_be_green, own_red): (Vec<&Chapter>, bool) = match chapter.mode() {
-            Mode::Observe => (plan.chain.clone(), false),
+            Mode::Observe => (vec![chapter], false),
             Mode::Rebuild => (plan.carried().collect(), true),
         };
         let own = [chapter.test_target()];
