@@ -115,11 +115,11 @@ pub fn run(input: &str) -> Result<bool, Failure> {
         .get(previous.as_str())
         .ok_or_else(|| Failure(format!("缺少 {previous}")))?;
     snapshot.insert(WorkspacePath::new(LOCK_FILE), previous_bytes.clone());
-    let dir = course.root.join("target/course/lock");
+    let dir = course.claim_scratch()?.join("lock");
     sync_scratch_dir(&snapshot, &dir)
         .map_err(|error| Failure(format!("写入 {} 失败：{error}", dir.display())))?;
     let mut runner = CargoRunner::new(dir.clone());
-    runner.target_dir = Some(course.root.join("target/course/build"));
+    runner.target_dir = Some(course.claim_scratch()?.join("build"));
     metadata(&runner, false).map_err(|error| Failure(format!("cargo 无法解析依赖：{error}")))?;
     let resolved = std::fs::read(dir.join(LOCK_FILE))
         .map_err(|error| Failure(format!("读取解析结果失败：{error}")))?;

@@ -36,8 +36,8 @@ pub fn run(input: &str) -> Result<bool, Failure> {
         &WorkspacePlan::new(&course.catalog, chapter, Solved::All),
     )?;
     let dir = course
-        .root
-        .join("target/course/mutants")
+        .claim_scratch()?
+        .join("mutants")
         .join(chapter.id.to_string());
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
