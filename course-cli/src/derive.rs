@@ -80,6 +80,13 @@ pub fn workspace_manifest(base: &str, packages: &[String]) -> Result<String, Man
             members.push(member);
         }
     }
+    // One member a line, as a person would write the longer list.
+    for member in members.iter_mut() {
+        member.decor_mut().set_prefix("\n    ");
+        member.decor_mut().set_suffix("");
+    }
+    members.set_trailing_comma(true);
+    members.set_trailing("\n");
     Ok(document.to_string())
 }
 
@@ -105,7 +112,7 @@ mod tests {
             workspace_manifest(base, &["pi-http".to_string(), "openai-mock".to_string()]).unwrap();
         assert_eq!(
             derived,
-            "# Practice workspace root.\n[workspace]\nmembers = [\"pi-course\", \"xtask\", \"crates/openai-mock\", \"crates/pi-http\"]\n# tail\n"
+            "# Practice workspace root.\n[workspace]\nmembers = [\n    \"pi-course\",\n    \"xtask\",\n    \"crates/openai-mock\",\n    \"crates/pi-http\",\n]\n# tail\n"
         );
         assert!(workspace_manifest("[package]\n", &["x".to_string()]).is_err());
     }

@@ -665,7 +665,7 @@ fn workspace_overlays_apply_from_their_chapter_on_and_learning_lists_added_packa
     let reference_one = code(&data, "01", Solved::All);
     assert_eq!(
         text(&reference_one, "Cargo.toml"),
-        "[workspace]\nmembers = [\"pi-course\", \"xtask\", \"crates/helper\"]\n",
+        "[workspace]\nmembers = [\n    \"pi-course\",\n    \"xtask\",\n    \"crates/helper\",\n]\n",
         "the root manifest is the base's with the added packages as members"
     );
     assert_eq!(text(&reference_one, "Cargo.lock"), "# lock 01\n");
