@@ -5,15 +5,15 @@
 //! judged by the same code. Everything derivable — test file, group prefix, Lab number and
 //! marker, chapter directory — is derived, not written in the manifest.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Deserialize;
 
 use course_runner::{ChapterId, ChapterTests, GroupSpec, LabId};
 
-use crate::files::FileSet;
-use crate::paths::{CrateFile, RepoPath};
+use crate::files::{FileSet, HELD_OUT_DIR};
+use crate::paths::{CrateFile, RepoPath, WorkspacePath};
 
 /// The manifest, relative to the repository root.
 pub const MANIFEST: &str = "chapters/course.toml";
@@ -21,11 +21,17 @@ pub const MANIFEST: &str = "chapters/course.toml";
 pub const MANIFEST_FORMAT: u32 = 1;
 /// The base learner workspace every chapter starts from.
 pub const BASE_DIR: &str = "chapters/_crate";
-/// Inside a chapter directory: files laid over the workspace root from that chapter on (its
-/// `Cargo.toml`, `Cargo.lock` and the packages it adds, such as `crates/pi`).
+/// Inside a chapter directory: files laid over the workspace root from that chapter on (the
+/// packages it adds, such as `crates/pi`, and the `Cargo.lock` of the member set they make).
 pub const OVERLAY_DIR: &str = "workspace";
-/// Instructor-only tests: in the checkout, never embedded, never in a practice workspace.
-pub const HELD_OUT_DIR: &str = "tests/held-out";
+/// Where overlays put the packages they add; each one's directory is its package name.
+pub const PACKAGES_DIR: &str = "crates";
+/// The learner crate's root: derived for every workspace, never written (see `derive`).
+pub const CRATE_ROOT: &str = "src/lib.rs";
+/// The workspace root manifest: derived from the base's when overlays add packages.
+pub const WORKSPACE_MANIFEST: &str = "Cargo.toml";
+/// The lock file an overlay carries for its member set (written by `cargo xtask lock NN`).
+pub const LOCK_FILE: &str = "Cargo.lock";
 /// A chapter's mistake catalogue, inside its directory.
 pub const MISTAKES_FILE: &str = "mistakes.toml";
 
@@ -96,6 +102,11 @@ pub struct Chapter {
     /// In order; in a rebuild chapter group k is Lab N.k.
     pub groups: Vec<GroupSpec>,
     pub mistakes: Vec<Mistake>,
+    /// Files an earlier chapter also carries that this chapter rewrites on purpose, so they
+    /// need not contain the earlier version's lines (`crates/pi/src/main.rs`).
+    pub rewrites: Vec<WorkspacePath>,
+    /// The chapter's overlay, relative to its `workspace/` directory, in path order.
+    pub overlay: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +131,8 @@ struct RawChapter {
     shows: Option<ChapterId>,
     labs: Option<Vec<RawGroup>>,
     groups: Option<Vec<RawGroup>>,
+    #[serde(default)]
+    rewrites: Vec<WorkspacePath>,
 }
 
 /// `"06"` in the manifest, read with the one chapter-id rule.
@@ -175,6 +188,8 @@ impl RawChapter {
             kind,
             groups,
             mistakes: Vec::new(),
+            rewrites: self.rewrites,
+            overlay: Vec::new(),
         })
     }
 }
@@ -207,6 +222,15 @@ impl Chapter {
     /// `chapters/08-coding-tools/workspace`: laid over the workspace root from this chapter on.
     pub fn overlay_dir(&self) -> String {
         format!("{}/{OVERLAY_DIR}", self.dir())
+    }
+
+    /// The packages this chapter's overlay adds (`crates/<name>/Cargo.toml`), in path order.
+    pub fn packages(&self) -> impl Iterator<Item = String> + '_ {
+        self.overlay.iter().filter_map(|path| {
+            let rest = path.strip_prefix(PACKAGES_DIR)?.strip_prefix('/')?;
+            let name = rest.strip_suffix("/Cargo.toml")?;
+            (!name.contains('/')).then(|| name.to_string())
+        })
     }
 
     /// `skeletons/06-tool-contract`
@@ -407,6 +431,25 @@ pub enum Problem {
         chapter: ChapterId,
         mistake: String,
     },
+    /// A hand-written copy of a file the engine derives (`src/lib.rs`, an overlay's root
+    /// `Cargo.toml`).
+    DerivedFile {
+        chapter: ChapterId,
+        path: RepoPath,
+    },
+    /// A later chapter's copy of a file lost a line of the earlier chapter's copy.
+    CopyDiverged {
+        chapter: ChapterId,
+        earlier: ChapterId,
+        file: WorkspacePath,
+        line: usize,
+        text: String,
+    },
+    /// `rewrites` names a file no earlier chapter of the chain carries.
+    UnknownRewrite {
+        chapter: ChapterId,
+        file: WorkspacePath,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -473,7 +516,74 @@ impl fmt::Display for Problem {
             Problem::DuplicateMistake { chapter, mistake } => {
                 write!(f, "第 {chapter} 章：错误 {mistake} 重名")
             }
+            Problem::DerivedFile { chapter, path } => write!(
+                f,
+                "第 {chapter} 章：{path} 由引擎生成，不要手写；删除它（并从 {MANIFEST} 的 files 中删去）"
+            ),
+            Problem::CopyDiverged {
+                chapter,
+                earlier,
+                file,
+                line,
+                text,
+            } => write!(
+                f,
+                "第 {chapter} 章的 {file} 缺少第 {earlier} 章同一文件的第 {line} 行 `{}`：\
+                 把第 {earlier} 章的改动带到第 {chapter} 章，或在清单里声明 rewrites = [\"{file}\"]",
+                text.trim()
+            ),
+            Problem::UnknownRewrite { chapter, file } => write!(
+                f,
+                "第 {chapter} 章的 rewrites 列出 {file}，但它之前的章节没有这个文件"
+            ),
         }
+    }
+}
+
+/// Where a chapter's file comes from: a learner-crate file or an overlay file.
+enum CarriedSource {
+    Crate(CrateFile),
+    Overlay(String),
+}
+
+/// The files a chapter lays into a workspace, by workspace path, minus the derived and
+/// generated ones.
+fn carried_files(chapter: &Chapter) -> BTreeMap<WorkspacePath, CarriedSource> {
+    let crate_files = chapter
+        .files
+        .iter()
+        .filter(|file| file.as_str() != CRATE_ROOT)
+        .map(|file| (file.in_workspace(), CarriedSource::Crate(file.clone())));
+    let overlay_files = chapter
+        .overlay
+        .iter()
+        .filter(|path| path.as_str() != WORKSPACE_MANIFEST && path.as_str() != LOCK_FILE)
+        .map(|path| {
+            (
+                WorkspacePath::new(path.clone()),
+                CarriedSource::Overlay(path.clone()),
+            )
+        });
+    crate_files.chain(overlay_files).collect()
+}
+
+/// A carried file's text with Lab markers stripped; `None` if it is missing or its regions
+/// do not parse (both reported by their own checks).
+fn marker_free(chapter: &Chapter, source: &CarriedSource, files: &FileSet) -> Option<String> {
+    let (path, edit) = match source {
+        CarriedSource::Crate(file) => (
+            chapter.source(file),
+            chapter.is_edit(file) && file.is_rust(),
+        ),
+        CarriedSource::Overlay(path) => (RepoPath::join(&chapter.overlay_dir(), path), false),
+    };
+    let text = String::from_utf8_lossy(files.get(path.as_str())?).into_owned();
+    if edit {
+        crate::regions::RegionSource::parse(&text)
+            .ok()
+            .map(|source| source.reference())
+    } else {
+        Some(text)
     }
 }
 
@@ -500,6 +610,9 @@ impl Catalog {
             if chapters.iter().any(|c| c.id == chapter.id) {
                 return Err(CatalogError::DuplicateId(chapter.id));
             }
+            chapter.overlay = crate::files::under(files, &chapter.overlay_dir())
+                .map(|(path, _)| path.to_string())
+                .collect();
             let mistakes = RepoPath::join(&chapter.dir(), MISTAKES_FILE);
             if let Some(bytes) = files.get(mistakes.as_str()) {
                 // Unreadable catalogues are reported by `check_tree`, with their reason.
@@ -617,15 +730,28 @@ impl Catalog {
         let dir = chapter.dir();
         let missing = |path: RepoPath| Problem::MissingFile { chapter: id, path };
         for file in &chapter.files {
-            if !files.contains_key(chapter.source(file).as_str()) {
+            if file.as_str() == CRATE_ROOT {
+                problems.push(Problem::DerivedFile {
+                    chapter: id,
+                    path: chapter.source(file),
+                });
+            } else if !files.contains_key(chapter.source(file).as_str()) {
                 problems.push(missing(chapter.source(file)));
             }
         }
+        let overlay_manifest = format!("{OVERLAY_DIR}/{}", WORKSPACE_MANIFEST);
         for path in files.keys() {
             let Some(rest) = path.strip_dir(&dir) else {
                 continue;
             };
-            if rest != "README.md"
+            let derived = rest == CRATE_ROOT || rest == overlay_manifest;
+            if derived && !chapter.files.iter().any(|f| f.as_str() == rest) {
+                problems.push(Problem::DerivedFile {
+                    chapter: id,
+                    path: path.clone(),
+                });
+            } else if !derived
+                && rest != "README.md"
                 && rest != MISTAKES_FILE
                 && !rest.starts_with(&format!("{OVERLAY_DIR}/"))
                 && !chapter.files.iter().any(|f| f.as_str() == rest)
@@ -679,6 +805,58 @@ impl Catalog {
         }
         self.check_regions(chapter, files, problems);
         self.check_mistakes(chapter, files, &names, problems);
+        self.check_copies(chapter, files, problems);
+    }
+
+    /// Every file `chapter` carries that an earlier chapter of its chain also carries contains
+    /// the nearest earlier copy as a line subsequence, unless declared a rewrite (see
+    /// [`crate::copies`]). Derived and generated files (`src/lib.rs`, the root `Cargo.toml`,
+    /// `Cargo.lock`) are not copies.
+    fn check_copies(&self, chapter: &Chapter, files: &FileSet, problems: &mut Vec<Problem>) {
+        let chain = self.chain(chapter);
+        let earlier: Vec<&Chapter> = chain
+            .iter()
+            .copied()
+            .filter(|step| step.id != chapter.id)
+            .collect();
+        for file in &chapter.rewrites {
+            if !earlier
+                .iter()
+                .any(|step| carried_files(step).contains_key(file))
+            {
+                problems.push(Problem::UnknownRewrite {
+                    chapter: chapter.id,
+                    file: file.clone(),
+                });
+            }
+        }
+        for (file, source) in carried_files(chapter) {
+            if chapter.rewrites.contains(&file) {
+                continue;
+            }
+            let Some((previous, previous_source)) = earlier.iter().rev().find_map(|step| {
+                carried_files(step)
+                    .remove(&file)
+                    .map(|source| (*step, source))
+            }) else {
+                continue;
+            };
+            let (Some(later), Some(before)) = (
+                marker_free(chapter, &source, files),
+                marker_free(previous, &previous_source, files),
+            ) else {
+                continue;
+            };
+            if let Some((line, text)) = crate::copies::first_missing_line(&before, &later) {
+                problems.push(Problem::CopyDiverged {
+                    chapter: chapter.id,
+                    earlier: previous.id,
+                    file: file.clone(),
+                    line,
+                    text: text.to_string(),
+                });
+            }
+        }
     }
 
     fn check_regions(&self, chapter: &Chapter, files: &FileSet, problems: &mut Vec<Problem>) {

@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
-use crate::catalog::HELD_OUT_DIR;
 use crate::paths::RepoPath;
+
+/// Instructor-only tests: in the checkout, never embedded, never in a practice workspace.
+pub const HELD_OUT_DIR: &str = "tests/held-out";
 
 /// Repository-relative path → content.
 pub type FileSet = BTreeMap<RepoPath, Vec<u8>>;

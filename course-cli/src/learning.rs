@@ -6,9 +6,11 @@ use std::fmt::Write as _;
 
 use course_runner::LabId;
 
-use crate::assemble::{self, region_source, AssembleError, Snapshot};
-use crate::catalog::{Catalog, Chapter, Kind};
+use crate::assemble::Snapshot;
+use crate::catalog::{Chapter, Kind, PACKAGES_DIR};
 use crate::files::FileSet;
+use crate::plan::{Start, WorkspacePlan};
+use crate::sources::{self, SourceError, Sources};
 
 pub const FILE_NAME: &str = "LEARNING.md";
 /// The chapter guide, copied into the workspace so the learner can read it offline.
@@ -16,26 +18,19 @@ pub const GUIDE_FILE_NAME: &str = "CHAPTER.md";
 /// The tutor protocol every workspace carries (from the workspace base).
 pub const TUTOR_FILE_NAME: &str = "AGENT_GUIDE.md";
 
-/// The stub messages of each Lab, in file order: what its first red can say.
+/// The stub messages of each Lab of one chapter, in file order: what its first red can say.
+/// For readers outside an assembly (the book); an assembly asks its [`Sources`].
 pub fn stub_messages(
     data: &FileSet,
     chapter: &Chapter,
-) -> Result<BTreeMap<LabId, Vec<String>>, AssembleError> {
-    let mut messages: BTreeMap<LabId, Vec<String>> = BTreeMap::new();
-    for file in chapter.edit().iter().filter(|file| file.is_rust()) {
-        let source = region_source(data, &chapter.source(file))?;
-        for region in source
-            .regions()
-            .into_iter()
-            .filter(|region| region.stub_panics())
-        {
-            messages
-                .entry(region.lab)
-                .or_default()
-                .push(region.stub_message());
-        }
-    }
-    Ok(messages)
+) -> Result<BTreeMap<LabId, Vec<String>>, SourceError> {
+    let parsed = chapter
+        .edit()
+        .iter()
+        .filter(|file| file.is_rust())
+        .map(|file| sources::parse(data, &chapter.source(file)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(sources::stub_messages_of(&parsed))
 }
 
 /// A package an overlay adds to the workspace, as its own `Cargo.toml` describes it.
@@ -48,14 +43,15 @@ pub struct AddedPackage {
     pub try_it: String,
 }
 
-/// The packages `workspace` carries besides the learner crate (see
-/// [`assemble::added_packages`]), in name order, described by their own manifests. A package
-/// without a description still appears, so nothing the learner receives goes unmentioned.
-pub fn added_packages(workspace: &Snapshot) -> Vec<AddedPackage> {
-    assemble::added_packages(workspace)
-        .into_iter()
+/// The packages the plan carries besides the learner crate, in name order, described by their
+/// own manifests in `workspace`. A package without a description still appears, so nothing
+/// the learner receives goes unmentioned.
+pub fn added_packages(plan: &WorkspacePlan, workspace: &Snapshot) -> Vec<AddedPackage> {
+    plan.packages
+        .iter()
+        .cloned()
         .map(|name| {
-            let path = format!("{}/{name}/Cargo.toml", assemble::PACKAGES_DIR);
+            let path = format!("{PACKAGES_DIR}/{name}/Cargo.toml");
             let manifest: toml::Value = workspace
                 .get(path.as_str())
                 .and_then(|bytes| toml::from_str(&String::from_utf8_lossy(bytes)).ok())
@@ -81,25 +77,25 @@ pub fn added_packages(workspace: &Snapshot) -> Vec<AddedPackage> {
         .collect()
 }
 
-/// Renders the Chinese learning card for `chapter`, whose workspace is `workspace`.
+/// Renders the Chinese learning card for the plan's workspace, whose files are `workspace`.
 pub fn render(
-    catalog: &Catalog,
-    data: &FileSet,
-    chapter: &Chapter,
+    sources: &Sources,
+    plan: &WorkspacePlan,
     workspace: &Snapshot,
-) -> Result<String, AssembleError> {
+) -> Result<String, SourceError> {
+    let chapter = plan.chapter;
     let mut out = String::new();
     let id = chapter.id;
     let _ = writeln!(out, "# 第 {id} 章练习：{}\n", chapter.title);
     let _ = writeln!(out, "- 模式：{}", chapter.mode().label());
-    match (&chapter.kind, catalog.previous(chapter)) {
+    match (&chapter.kind, plan.start) {
         (Kind::Observe { shows }, _) => {
             let _ = writeln!(
                 out,
                 "- 内容：第 {shows} 章完成时的代码加上本章的演示，供你运行、预测和有控制地破坏；本章不需要重写任何文件"
             );
         }
-        (Kind::Rebuild { .. }, Some(previous)) => {
+        (Kind::Rebuild { .. }, Start::Reference(previous)) => {
             let _ = writeln!(
                 out,
                 "- 起点：第 {} 章完成时的参考实现，加上第 {id} 章的测试与代码骨架",
@@ -110,7 +106,7 @@ pub fn render(
                 "- 终点：第 {id} 章的每个测试组都变绿，之前各章的测试保持绿色"
             );
         }
-        (Kind::Rebuild { .. }, None) => {
+        (Kind::Rebuild { .. }, Start::EmptyCrate) => {
             let _ = writeln!(
                 out,
                 "- 起点：空的 pi-course crate，加上第 {id} 章的测试与代码骨架"
@@ -136,7 +132,7 @@ pub fn render(
 
     match &chapter.kind {
         Kind::Rebuild { .. } => {
-            let messages = stub_messages(data, chapter)?;
+            let messages = sources.stub_messages(chapter)?;
             let _ = writeln!(out, "\n## 按 Lab 推进\n");
             let _ = writeln!(
                 out,
@@ -196,12 +192,7 @@ pub fn render(
         out,
         "- `cargo xtask test {id}`：本章每组显示 `k/n ✓` 且 k = n，命令退出码为 0。"
     );
-    let earlier: Vec<String> = catalog
-        .chain(chapter)
-        .iter()
-        .filter(|step| step.id != id)
-        .map(|step| step.id.to_string())
-        .collect();
+    let earlier: Vec<String> = plan.carried().map(|step| step.id.to_string()).collect();
     if let Some(last) = earlier.last() {
         let _ = writeln!(
             out,
@@ -210,7 +201,7 @@ pub fn render(
         );
     }
 
-    let packages = added_packages(workspace);
+    let packages = added_packages(plan, workspace);
     if !packages.is_empty() {
         let _ = writeln!(out, "\n## 工作区里的其它包\n");
         let _ = writeln!(

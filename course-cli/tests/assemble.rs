@@ -2,11 +2,14 @@
 //! and "solved before" states, answer-free practice, stamps, held-out isolation, mistakes and
 //! the typed manifest/tree check.
 
-use course_cli::assemble::{self, Snapshot, Solved};
+use course_cli::assemble::{self, Snapshot};
 use course_cli::catalog::{Catalog, CatalogError, ChapterIdError, Problem};
 use course_cli::files::FileSet;
+use course_cli::handout::handout;
 use course_cli::paths::{RepoPath, WorkspacePath};
+use course_cli::plan::{Solved, Start, WorkspacePlan};
 use course_cli::runner::{content_hash, ChapterId, LabId, Stamp, STAMP_FILE};
+use course_cli::sources::Sources;
 
 const MANIFEST: &str = r#"
 format = 1
@@ -17,7 +20,7 @@ slug = "zero"
 title = "序章"
 mode = "observe"
 shows = "02"
-files = ["src/lib.rs"]
+files = ["src/zero.rs"]
 groups = [{ group = "tour", tests = 1, summary = "看一看" }]
 
 [[chapter]]
@@ -25,7 +28,7 @@ id = "01"
 slug = "one"
 title = "第一章"
 mode = "rebuild"
-files = ["src/lib.rs", "src/one.rs"]
+files = ["src/one.rs"]
 edit = ["src/one.rs"]
 labs = [{ group = "alpha", tests = 1, summary = "甲" }]
 
@@ -34,7 +37,7 @@ id = "02"
 slug = "two"
 title = "第二章"
 mode = "rebuild"
-files = ["src/lib.rs", "src/two.rs"]
+files = ["src/two.rs"]
 edit = ["src/two.rs"]
 labs = [
     { group = "alpha", tests = 2, summary = "甲" },
@@ -64,6 +67,8 @@ pub fn second() -> u32 {
 }
 ";
 
+const BASE_MANIFEST: &str = "[workspace]\nmembers = [\"pi-course\", \"xtask\"]\n";
+
 const MISTAKES: &str = r#"
 [[mistake]]
 name = "off-by-one"
@@ -82,7 +87,7 @@ fn put(files: &mut FileSet, path: &str, content: &str) {
 fn fixture() -> FileSet {
     let mut files = FileSet::new();
     put(&mut files, "chapters/course.toml", MANIFEST);
-    put(&mut files, "chapters/_crate/Cargo.toml", "[workspace]\n");
+    put(&mut files, "chapters/_crate/Cargo.toml", BASE_MANIFEST);
     put(&mut files, "chapters/_crate/Cargo.lock", "# lock\n");
     put(&mut files, "chapters/_crate/gitignore", "target/\n");
     put(
@@ -101,11 +106,6 @@ fn fixture() -> FileSet {
         );
         put(
             &mut files,
-            &format!("{dir}/src/lib.rs"),
-            &format!("// lib as of chapter {id}\n"),
-        );
-        put(
-            &mut files,
             &format!("tests/{id}_{slug}.rs"),
             &format!("// tests {id}\n"),
         );
@@ -121,8 +121,35 @@ fn fixture() -> FileSet {
         "pub fn one() -> u8 {\n    // region: Lab 1.1 one\n    1\n    // endregion\n}\n",
     );
     put(&mut files, "chapters/02-two/src/two.rs", TWO);
+    put(
+        &mut files,
+        "chapters/00-zero/src/zero.rs",
+        "pub fn tour() {}\n",
+    );
     put(&mut files, "chapters/02-two/mistakes.toml", MISTAKES);
     files
+}
+
+/// The code and tests of chapter `chapter` with `solved`, as assembly gives them.
+fn code(data: &FileSet, chapter: &str, solved: Solved) -> Snapshot {
+    let catalog = Catalog::from_files(data).unwrap();
+    let sources = Sources::new(&catalog, data).unwrap();
+    let plan = WorkspacePlan::new(&catalog, catalog.resolve(chapter).unwrap(), solved);
+    assemble::workspace(&sources, &plan).unwrap()
+}
+
+/// The workspace a person receives (documents and stamp included).
+fn handed_out(data: &FileSet, chapter: &str, solved: Solved) -> Snapshot {
+    let catalog = Catalog::from_files(data).unwrap();
+    let sources = Sources::new(&catalog, data).unwrap();
+    let plan = WorkspacePlan::new(&catalog, catalog.resolve(chapter).unwrap(), solved);
+    handout(&sources, &plan).unwrap()
+}
+
+fn leaks(data: &FileSet, chapter: &str, practice: &Snapshot) -> Vec<String> {
+    let catalog = Catalog::from_files(data).unwrap();
+    let sources = Sources::new(&catalog, data).unwrap();
+    assemble::answer_leaks(&sources, catalog.resolve(chapter).unwrap(), practice).unwrap()
 }
 
 fn text<'a>(snapshot: &'a Snapshot, path: &str) -> &'a str {
@@ -189,11 +216,11 @@ fn catalog_keeps_manifest_order_and_derives_labs() {
 #[test]
 fn reference_strips_markers_and_layers_chapters() {
     let data = fixture();
-    let catalog = Catalog::from_files(&data).unwrap();
-    let reference = assemble::reference(&catalog, &data, catalog.get(id("02")).unwrap()).unwrap();
+    let reference = code(&data, "02", Solved::All);
     assert_eq!(
         text(&reference, "pi-course/src/lib.rs"),
-        "// lib as of chapter 02\n"
+        "//! pi-course: build a coding agent (\"pi\") one chapter at a time.\n\npub mod one;\npub mod two;\n",
+        "lib.rs is derived: one `pub mod` per module of the chain, sorted"
     );
     assert_eq!(
         text(&reference, "pi-course/src/one.rs"),
@@ -206,8 +233,11 @@ fn reference_strips_markers_and_layers_chapters() {
     assert!(!reference
         .keys()
         .any(|path| path.as_str().contains("held_out")));
-    let with_held_out =
-        assemble::reference_with_held_out(&catalog, &data, catalog.get(id("02")).unwrap()).unwrap();
+    let catalog = Catalog::from_files(&data).unwrap();
+    let sources = Sources::new(&catalog, &data).unwrap();
+    let plan = WorkspacePlan::new(&catalog, catalog.get(id("02")).unwrap(), Solved::All);
+    let mut with_held_out = reference.clone();
+    assemble::add_held_out(&sources, &plan, &mut with_held_out).unwrap();
     assert_eq!(
         text(&with_held_out, "pi-course/tests/held_out_02_two.rs"),
         "// held 02\n"
@@ -217,9 +247,7 @@ fn reference_strips_markers_and_layers_chapters() {
 #[test]
 fn practice_stubs_every_lab_and_leaks_nothing() {
     let data = fixture();
-    let catalog = Catalog::from_files(&data).unwrap();
-    let two = catalog.get(id("02")).unwrap();
-    let practice = assemble::practice(&catalog, &data, two).unwrap();
+    let practice = handed_out(&data, "02", Solved::Nothing);
     let skeleton = text(&practice, "pi-course/src/two.rs");
     assert!(
         skeleton.contains("panic!(\"Lab 2.1 first 尚未实现\")"),
@@ -248,10 +276,7 @@ fn practice_stubs_every_lab_and_leaks_nothing() {
         learning.contains("`Lab 2.2 second 尚未实现`"),
         "first red per Lab: {learning}"
     );
-    assert_eq!(
-        assemble::answer_leaks(&data, two, &practice).unwrap(),
-        Vec::<String>::new()
-    );
+    assert_eq!(leaks(&data, "02", &practice), Vec::<String>::new());
 }
 
 #[test]
@@ -263,14 +288,12 @@ fn a_leaked_region_body_is_found_anywhere_in_practice() {
         "chapters/02-two/src/two.rs",
         &TWO.replace("    first() * 2\n", long),
     );
-    let catalog = Catalog::from_files(&data).unwrap();
-    let two = catalog.get(id("02")).unwrap();
-    let mut practice = assemble::practice(&catalog, &data, two).unwrap();
+    let mut practice = handed_out(&data, "02", Solved::Nothing);
     practice.insert(
         WorkspacePath::new("pi-course/src/extra.rs"),
         format!("fn x() -> u32 {{\n{long}}}\n").into_bytes(),
     );
-    let leaks = assemble::answer_leaks(&data, two, &practice).unwrap();
+    let leaks = leaks(&data, "02", &practice);
     assert_eq!(leaks.len(), 1, "{leaks:?}");
     assert!(
         leaks[0].contains("pi-course/src/extra.rs 含有 Lab 2.2 second 的答案"),
@@ -281,9 +304,7 @@ fn a_leaked_region_body_is_found_anywhere_in_practice() {
 #[test]
 fn solved_before_keeps_earlier_labs_from_the_reference() {
     let data = fixture();
-    let catalog = Catalog::from_files(&data).unwrap();
-    let two = catalog.get(id("02")).unwrap();
-    let state = assemble::lab_state(&catalog, &data, two, Solved::Before(lab("2.2"))).unwrap();
+    let state = code(&data, "02", Solved::Before(lab("2.2")));
     let file = text(&state, "pi-course/src/two.rs");
     assert!(file.contains("    helper() + 40\n"), "{file}");
     assert!(file.contains("fn helper() -> u32"), "{file}");
@@ -292,7 +313,7 @@ fn solved_before_keeps_earlier_labs_from_the_reference() {
         "{file}"
     );
 
-    let snapshot = assemble::practice_solved_before(&catalog, &data, two, lab("2.2")).unwrap();
+    let snapshot = handed_out(&data, "02", Solved::Before(lab("2.2")));
     let stamp = Stamp::from_json_bytes(&snapshot[STAMP_FILE]).unwrap();
     assert_eq!(stamp.state, "solved before Lab 2.2");
 }
@@ -300,8 +321,7 @@ fn solved_before_keeps_earlier_labs_from_the_reference() {
 #[test]
 fn stamp_records_chain_hashes_and_pristine_copies() {
     let data = fixture();
-    let catalog = Catalog::from_files(&data).unwrap();
-    let practice = assemble::practice(&catalog, &data, catalog.get(id("02")).unwrap()).unwrap();
+    let practice = handed_out(&data, "02", Solved::Nothing);
     let stamp = Stamp::from_json_bytes(&practice[STAMP_FILE]).unwrap();
     assert_eq!(stamp.chapter, id("02"));
     assert_eq!(stamp.state, "rebuild");
@@ -321,12 +341,12 @@ fn stamp_records_chain_hashes_and_pristine_copies() {
 #[test]
 fn observe_mode_gives_the_finished_code_of_the_chapter_it_shows() {
     let data = fixture();
-    let catalog = Catalog::from_files(&data).unwrap();
-    let practice = assemble::practice(&catalog, &data, catalog.get(id("00")).unwrap()).unwrap();
+    let practice = handed_out(&data, "00", Solved::Nothing);
     assert!(text(&practice, "pi-course/src/two.rs").contains("helper() + 40"));
-    assert_eq!(
-        text(&practice, "pi-course/src/lib.rs"),
-        "// lib as of chapter 00\n"
+    assert!(
+        text(&practice, "pi-course/src/lib.rs")
+            .ends_with("\npub mod one;\npub mod two;\npub mod zero;\n"),
+        "an observe chapter's modules join the chain's"
     );
     assert!(practice.contains_key("pi-course/tests/00_zero.rs"));
     assert!(text(&practice, "LEARNING.md").contains("观察"));
@@ -337,7 +357,7 @@ fn a_mistake_must_match_exactly_once() {
     let data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
     let two = catalog.get(id("02")).unwrap();
-    let mut snapshot = assemble::reference(&catalog, &data, two).unwrap();
+    let mut snapshot = code(&data, "02", Solved::All);
     assemble::apply_mistake(&mut snapshot, &two.mistakes[0]).unwrap();
     assert!(text(&snapshot, "pi-course/src/two.rs").contains("helper() + 41"));
     let error = assemble::apply_mistake(&mut snapshot, &two.mistakes[0]).unwrap_err();
@@ -367,9 +387,9 @@ fn tree_check_returns_typed_problems() {
         path: RepoPath::new("chapters/01-one/src/stray.rs")
     }));
     assert!(problems.contains(&Problem::UnclaimedTest(RepoPath::new("tests/99_orphan.rs"))));
-    assert!(problems.contains(&Problem::MarkersOutsideEdit {
-        path: RepoPath::new("chapters/02-two/src/lib.rs"),
-        lines: vec![1, 2]
+    assert!(problems.contains(&Problem::DerivedFile {
+        chapter: id("02"),
+        path: RepoPath::new("chapters/02-two/src/lib.rs")
     }));
     assert_eq!(problems.len(), 4, "{problems:?}");
     assert!(
@@ -531,8 +551,8 @@ fn guide_problems(guide: &str) -> Vec<String> {
     let data = fixture();
     let catalog = Catalog::from_files(&data).unwrap();
     let two = catalog.get(id("02")).unwrap();
-    let reference = assemble::reference(&catalog, &data, two).unwrap();
-    let practice = assemble::practice(&catalog, &data, two).unwrap();
+    let reference = code(&data, "02", Solved::All);
+    let practice = handed_out(&data, "02", Solved::Nothing);
     let first_reds = vec!["Lab 2.1 first 尚未实现".to_string()];
     course_cli::guide::check(&catalog, two, guide, &first_reds, &reference, &practice)
 }
@@ -608,8 +628,8 @@ fn workspace_overlays_apply_from_their_chapter_on_and_learning_lists_added_packa
     let mut data = fixture();
     put(
         &mut data,
-        "chapters/01-one/workspace/Cargo.toml",
-        "[workspace] # from 01\n",
+        "chapters/01-one/workspace/Cargo.lock",
+        "# lock 01\n",
     );
     put(
         &mut data,
@@ -623,8 +643,8 @@ fn workspace_overlays_apply_from_their_chapter_on_and_learning_lists_added_packa
     );
     put(
         &mut data,
-        "chapters/02-two/workspace/Cargo.toml",
-        "[workspace] # from 02\n",
+        "chapters/02-two/workspace/Cargo.lock",
+        "# lock 02\n",
     );
     let catalog = Catalog::from_files(&data).unwrap();
     assert_eq!(
@@ -632,24 +652,27 @@ fn workspace_overlays_apply_from_their_chapter_on_and_learning_lists_added_packa
         Vec::<Problem>::new(),
         "files under a chapter's workspace/ are part of the chapter"
     );
-    let one = catalog.get(id("01")).unwrap();
-    let two = catalog.get(id("02")).unwrap();
-
-    let reference_one = assemble::reference(&catalog, &data, one).unwrap();
+    let plan = WorkspacePlan::new(&catalog, catalog.resolve("02").unwrap(), Solved::Nothing);
     assert_eq!(
-        text(&reference_one, "Cargo.toml"),
-        "[workspace] # from 01\n",
-        "an overlay replaces the base's root manifest"
-    );
-    assert_eq!(
-        assemble::added_packages(&reference_one),
+        plan.packages,
         ["helper"],
         "crates/<name>/Cargo.toml is an added package"
     );
-    let practice_two = assemble::practice(&catalog, &data, two).unwrap();
+    let overlays: Vec<String> = plan.overlays.iter().map(|c| c.id.to_string()).collect();
+    assert_eq!(overlays, ["01", "02"], "overlays in chain order");
+    assert!(matches!(plan.start, Start::Reference(one) if one.id == id("01")));
+
+    let reference_one = code(&data, "01", Solved::All);
     assert_eq!(
-        text(&practice_two, "Cargo.toml"),
-        "[workspace] # from 02\n",
+        text(&reference_one, "Cargo.toml"),
+        "[workspace]\nmembers = [\n    \"pi-course\",\n    \"xtask\",\n    \"crates/helper\",\n]\n",
+        "the root manifest is the base's with the added packages as members"
+    );
+    assert_eq!(text(&reference_one, "Cargo.lock"), "# lock 01\n");
+    let practice_two = handed_out(&data, "02", Solved::Nothing);
+    assert_eq!(
+        text(&practice_two, "Cargo.lock"),
+        "# lock 02\n",
         "a later chapter's overlay wins, in the practice state too"
     );
     assert!(
@@ -662,12 +685,97 @@ fn workspace_overlays_apply_from_their_chapter_on_and_learning_lists_added_packa
         "LEARNING.md lists the package from its own Cargo.toml:\n{learning}"
     );
 
-    let plain = fixture();
-    let plain_catalog = Catalog::from_files(&plain).unwrap();
-    let plain_two =
-        assemble::practice(&plain_catalog, &plain, plain_catalog.get(id("02")).unwrap()).unwrap();
+    let plain_two = handed_out(&fixture(), "02", Solved::Nothing);
+    assert_eq!(
+        text(&plain_two, "Cargo.toml"),
+        BASE_MANIFEST,
+        "without added packages the base manifest stays as written"
+    );
     assert!(
         !text(&plain_two, "LEARNING.md").contains("工作区里的其它包"),
         "without added packages LEARNING.md has no package section"
     );
+
+    put(
+        &mut data,
+        "chapters/02-two/workspace/Cargo.toml",
+        "[workspace]\n",
+    );
+    assert_eq!(
+        catalog.check_tree(&data, true),
+        [Problem::DerivedFile {
+            chapter: id("02"),
+            path: RepoPath::new("chapters/02-two/workspace/Cargo.toml")
+        }],
+        "an overlay's root manifest is derived, never written"
+    );
+}
+
+#[test]
+fn a_later_copy_must_keep_every_line_of_the_earlier_one_unless_declared_a_rewrite() {
+    let mut data = fixture();
+    let manifest = MANIFEST.replace(
+        "files = [\"src/two.rs\"]",
+        "files = [\"src/two.rs\", \"src/one.rs\"]",
+    );
+    put(&mut data, "chapters/course.toml", &manifest);
+    let extended = "pub fn one() -> u8 {\n    1\n}\n\npub fn also() {}\n";
+    put(&mut data, "chapters/02-two/src/one.rs", extended);
+    let catalog = Catalog::from_files(&data).unwrap();
+    assert_eq!(
+        catalog.check_tree(&data, true),
+        Vec::<Problem>::new(),
+        "02's one.rs adds lines to 01's marker-free one.rs"
+    );
+    assert_eq!(
+        text(&code(&data, "02", Solved::All), "pi-course/src/one.rs"),
+        extended,
+        "the later copy is the one the workspace carries"
+    );
+
+    put(
+        &mut data,
+        "chapters/02-two/src/one.rs",
+        "pub fn one() -> u8 {\n    2\n}\n",
+    );
+    let problems = Catalog::from_files(&data).unwrap().check_tree(&data, true);
+    assert_eq!(
+        problems,
+        [Problem::CopyDiverged {
+            chapter: id("02"),
+            earlier: id("01"),
+            file: WorkspacePath::new("pi-course/src/one.rs"),
+            line: 2,
+            text: "    1".to_string(),
+        }],
+        "a fix in 01 that did not reach 02 is caught"
+    );
+    assert!(
+        problems[0].to_string().contains("rewrites"),
+        "{}",
+        problems[0]
+    );
+
+    let declared = manifest.replace(
+        "edit = [\"src/two.rs\"]",
+        "edit = [\"src/two.rs\"]\nrewrites = [\"pi-course/src/one.rs\"]",
+    );
+    put(&mut data, "chapters/course.toml", &declared);
+    assert_eq!(
+        Catalog::from_files(&data).unwrap().check_tree(&data, true),
+        Vec::<Problem>::new(),
+        "a declared rewrite is exempt"
+    );
+    put(
+        &mut data,
+        "chapters/course.toml",
+        &declared.replace("pi-course/src/one.rs", "pi-course/src/nothing.rs"),
+    );
+    assert!(Catalog::from_files(&data)
+        .unwrap()
+        .check_tree(&data, true)
+        .contains(&Problem::UnknownRewrite {
+            chapter: id("02"),
+            file: WorkspacePath::new("pi-course/src/nothing.rs")
+        }));
 }

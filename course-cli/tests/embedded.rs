@@ -2,8 +2,7 @@
 //! stale binary cannot ship.
 
 use course_cli::catalog::Catalog;
-use course_cli::catalog::HELD_OUT_DIR;
-use course_cli::files;
+use course_cli::files::{self, HELD_OUT_DIR};
 
 #[test]
 fn embedded_data_equals_the_checkout_without_held_out_tests() {

@@ -42,3 +42,279 @@ fn every_skeleton_file_carries_the_generated_header() {
         }
     }
 }
+
+/// ARCHITECTURE.md: no HTTP or TLS crate is a dependency of the learner crate, directly or
+/// through the workspace base; real sockets live in the packages chapters add.
+#[test]
+fn the_learner_crate_has_no_http_or_tls_dependency() {
+    const NETWORK: &[&str] = &[
+        "reqwest",
+        "hyper",
+        "hyper-util",
+        "http",
+        "h2",
+        "ureq",
+        "isahc",
+        "curl",
+        "surf",
+        "rustls",
+        "tokio-rustls",
+        "native-tls",
+        "openssl",
+    ];
+    let manifest =
+        std::fs::read_to_string(repo().join("chapters/_crate/pi-course/Cargo.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&manifest).unwrap();
+    for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        let Some(dependencies) = table.get(section).and_then(toml::Value::as_table) else {
+            continue;
+        };
+        for name in dependencies.keys() {
+            assert!(
+                !NETWORK.contains(&name.as_str()),
+                "pi-course must not depend on the network crate {name} ([{section}])"
+            );
+        }
+    }
+}
+
+/// Files the engine derives or generates are never written by hand in a chapter: no
+/// `src/lib.rs`, no overlay root `Cargo.toml` (`codegen --check` covers the generated ones).
+#[test]
+fn no_chapter_carries_a_derived_file() {
+    for entry in std::fs::read_dir(repo().join("chapters")).unwrap() {
+        let dir = entry.unwrap().path();
+        for derived in ["src/lib.rs", "workspace/Cargo.toml"] {
+            assert!(
+                !dir.join(derived).exists(),
+                "{} is derived by the engine; delete it",
+                dir.join(derived).display()
+            );
+        }
+    }
+}
+
+/// Source files below `dir`, as (path relative to `dir`, text).
+fn sources(dir: &Path) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(Result::unwrap)
+        .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "rs"))
+        .map(|entry| {
+            let relative = entry.path().strip_prefix(dir).unwrap();
+            let key = relative.to_string_lossy().replace('\\', "/");
+            (key, std::fs::read_to_string(entry.path()).unwrap())
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Library code handles its errors: no `.unwrap()` outside tests (an `expect` that says why
+/// the failure cannot happen is fine). Test modules sit at the end of a file by convention.
+#[test]
+fn library_code_has_no_unwrap() {
+    for dir in [
+        "course-cli/src",
+        "course-cli/runner/src",
+        "course-cli/watch/src",
+        "xtask/src",
+    ] {
+        for (path, text) in sources(&repo().join(dir)) {
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for (index, line) in code.lines().enumerate() {
+                let is_comment = line.trim_start().starts_with("//");
+                assert!(
+                    is_comment || !line.contains(".unwrap()"),
+                    "{dir}/{path}:{}: `.unwrap()` in library code; handle the error or `expect` with the reason",
+                    index + 1
+                );
+            }
+        }
+    }
+}
+
+/// The module path a source file defines: `book/html.rs` → `book::html`, `book/mod.rs` and
+/// `book.rs` → `book`, the crate roots → the empty path.
+fn module_path(file: &str) -> Vec<String> {
+    let stem = file.strip_suffix(".rs").unwrap_or(file);
+    let mut parts: Vec<String> = stem.split('/').map(str::to_string).collect();
+    if parts.first().is_some_and(|first| first == "bin") {
+        return vec![format!("bin::{}", parts[1..].join("::"))];
+    }
+    if parts.last().is_some_and(|last| last == "mod") {
+        parts.pop();
+    }
+    if parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main") {
+        parts.clear();
+    }
+    parts
+}
+
+/// The module paths a file's text refers to: `crate::a::b`, `super::x`, `self::x`, the brace
+/// lists of `use crate::{…}`, and a declared child module used by name (`child::f`).
+fn references(module: &[String], text: &str) -> Vec<Vec<String>> {
+    let identifier = |rest: &str| -> String {
+        rest.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let children: Vec<String> = text
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim_start().trim_start_matches("pub ");
+            line.strip_prefix("mod ")
+                .filter(|rest| rest.trim_end().ends_with(';'))
+                .map(identifier)
+        })
+        .collect();
+    // Comments, doc links included, mention modules without importing them.
+    let code: String = text
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(index) => &line[..index],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let text = code.as_str();
+    let mut found = Vec::new();
+    for (anchor, base) in [
+        ("crate::", Vec::new()),
+        ("super::", module[..module.len().saturating_sub(1)].to_vec()),
+        ("self::", module.to_vec()),
+    ] {
+        for (index, _) in text.match_indices(anchor) {
+            let before = text[..index].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let rest = &text[index + anchor.len()..];
+            if let Some(list) = rest.strip_prefix('{') {
+                let list = &list[..list.find('}').unwrap_or(list.len())];
+                for item in list.split(',') {
+                    let name = identifier(item.trim());
+                    if !name.is_empty() {
+                        found.push([base.clone(), vec![name]].concat());
+                    }
+                }
+            } else {
+                let path: Vec<String> = rest
+                    .split("::")
+                    .map(identifier)
+                    .take_while(|part| !part.is_empty())
+                    .collect();
+                found.push([base.clone(), path].concat());
+            }
+        }
+    }
+    for child in children {
+        let used = format!("{child}::");
+        let by_name = text.match_indices(&used).any(|(index, _)| {
+            !text[..index]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+        });
+        if by_name {
+            found.push([module.to_vec(), vec![child]].concat());
+        }
+    }
+    found
+}
+
+/// Module pairs that import each other, directly or through others, among the siblings of
+/// each parent module: a child using its parent's items is containment, not a circle.
+fn import_circles(dir: &Path) -> Vec<String> {
+    let files = sources(dir);
+    let modules: Vec<Vec<String>> = files.iter().map(|(file, _)| module_path(file)).collect();
+    // Edges between siblings: the first differing segment of the two paths, under their
+    // common parent.
+    let mut edges: std::collections::BTreeSet<(String, String)> = Default::default();
+    for ((_, text), module) in files.iter().zip(&modules) {
+        for target in references(module, text) {
+            let Some(known) = modules
+                .iter()
+                .filter(|candidate| !candidate.is_empty() && target.starts_with(candidate))
+                .max_by_key(|candidate| candidate.len())
+            else {
+                continue;
+            };
+            let common = module
+                .iter()
+                .zip(known)
+                .take_while(|(left, right)| left == right)
+                .count();
+            if common < module.len() && common < known.len() {
+                let from = module[..=common].join("::");
+                let to = known[..=common].join("::");
+                edges.insert((from, to));
+            }
+        }
+    }
+    let mut circles = Vec::new();
+    for (from, to) in &edges {
+        // A path back from `to` to `from` closes a circle.
+        let mut seen = std::collections::BTreeSet::from([to.clone()]);
+        let mut frontier = vec![to.clone()];
+        while let Some(node) = frontier.pop() {
+            for (_, next) in edges.iter().filter(|(start, _)| *start == node) {
+                if next == from {
+                    circles.push(format!("{from} → {to} → … → {from}"));
+                }
+                if seen.insert(next.clone()) {
+                    frontier.push(next.clone());
+                }
+            }
+        }
+    }
+    circles.sort();
+    circles.dedup();
+    circles
+}
+
+/// Circles being cut on another branch, allowed until it lands: the book's split (issue #18)
+/// puts the HTML shared by `book` and `browser` in a module below both. Delete the entry when
+/// that branch is merged.
+const CIRCLES_BEING_CUT: &[&str] = &["book → browser → … → book", "browser → book → … → browser"];
+
+#[test]
+fn no_import_circle_between_modules() {
+    for dir in ["course-cli/src", "xtask/src"] {
+        let mut circles = import_circles(&repo().join(dir));
+        circles.retain(|circle| !CIRCLES_BEING_CUT.contains(&circle.as_str()));
+        assert!(
+            circles.is_empty(),
+            "{dir}: modules that import each other (put the shared part in a module below both):\n{}",
+            circles.join("\n")
+        );
+    }
+}
+
+#[test]
+fn the_circle_finder_sees_direct_and_indirect_circles() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: &str, text: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "main.rs",
+        "mod a;\nmod b;\nmod c;\nmod d;\nfn main() { a::run(); }\n",
+    );
+    write("a.rs", "use crate::b::thing;\n");
+    write("b.rs", "use crate::{c, d::Other};\n");
+    write("c.rs", "pub fn f() { crate::a::run() }\n");
+    write("d.rs", "use super::Failure;\n");
+    write("d/inner.rs", "use super::Other;\n");
+    let circles = import_circles(dir.path());
+    assert!(
+        circles.iter().any(|circle| circle.starts_with("a → b")),
+        "a → b → c → a: {circles:?}"
+    );
+    assert!(
+        !circles.iter().any(|circle| circle.contains('d')),
+        "a child using its parent, or a module using the crate root, is no circle: {circles:?}"
+    );
+}

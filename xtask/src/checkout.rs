@@ -2,12 +2,15 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use course_cli::assemble::Snapshot;
 use course_cli::catalog::{Catalog, Chapter, MANIFEST};
 use course_cli::files::{self, FileSet};
 use course_cli::runner::CargoRunner;
 use course_cli::write::sync_scratch_dir;
+
+use crate::out;
 
 /// A failure of an instructor command: one Chinese line (or a few, for cargo's diagnostics).
 #[derive(Debug)]
@@ -52,9 +55,11 @@ pub struct Course {
     pub data: FileSet,
     pub catalog: Catalog,
     scratch: PathBuf,
-    /// Held for the whole run: every snapshot shares `target/course/workspace`, so two xtask
-    /// runs in one checkout must not interleave. The OS releases it if the process dies.
-    _lock: std::fs::File,
+    /// Taken at the first snapshot and held for the rest of the run: every snapshot shares
+    /// `target/course/workspace`, so two xtask runs in one checkout must not interleave. The
+    /// OS releases it if the process dies. Taken lazily, so a bad argument is refused at
+    /// once instead of after another run finishes.
+    lock: OnceLock<std::fs::File>,
 }
 
 impl Course {
@@ -64,28 +69,38 @@ impl Course {
             .map_err(|error| Failure(format!("读取课程数据失败：{error}")))?;
         let catalog = Catalog::from_files(&data)?;
         let scratch = root.join("target").join("course");
-        std::fs::create_dir_all(&scratch)
-            .map_err(|error| Failure(format!("创建 {} 失败：{error}", scratch.display())))?;
-        let lock_path = scratch.join(".lock");
-        let lock = std::fs::File::create(&lock_path).map_err(|error| {
-            Failure(format!("创建锁文件 {} 失败：{error}", lock_path.display()))
-        })?;
-        if lock.try_lock().is_err() {
-            eprintln!(
-                "另一个 cargo xtask 正在使用 {}，等待它结束……",
-                scratch.display()
-            );
-            lock.lock().map_err(|error| {
-                Failure(format!("等待锁 {} 失败：{error}", lock_path.display()))
-            })?;
-        }
         Ok(Course {
             root,
             data,
             catalog,
             scratch,
-            _lock: lock,
+            lock: OnceLock::new(),
         })
+    }
+
+    /// Claims `target/course/` for this run, waiting for another xtask run that holds it.
+    pub fn claim_scratch(&self) -> Result<&Path, Failure> {
+        if self.lock.get().is_none() {
+            std::fs::create_dir_all(&self.scratch).map_err(|error| {
+                Failure(format!("创建 {} 失败：{error}", self.scratch.display()))
+            })?;
+            let lock_path = self.scratch.join(".lock");
+            let lock = std::fs::File::create(&lock_path).map_err(|error| {
+                Failure(format!("创建锁文件 {} 失败：{error}", lock_path.display()))
+            })?;
+            if lock.try_lock().is_err() {
+                out::note(format!(
+                    "另一个 cargo xtask 正在使用 {}，等待它结束……",
+                    self.scratch.display()
+                ));
+                lock.lock().map_err(|error| {
+                    Failure(format!("等待锁 {} 失败：{error}", lock_path.display()))
+                })?;
+            }
+            // Only this thread ever sets it; a value already there is the same claim.
+            let _ = self.lock.set(lock);
+        }
+        Ok(&self.scratch)
     }
 
     /// Resolves a chapter argument with the one chapter-id rule.
@@ -102,7 +117,7 @@ impl Course {
     /// for cargo to rebuild exactly what changed, while the compiled dependencies are reused.
     /// `label` only names the snapshot in messages.
     pub fn materialize(&self, label: &str, snapshot: &Snapshot) -> Result<CargoRunner, Failure> {
-        let dir = self.scratch.join("workspace");
+        let dir = self.claim_scratch()?.join("workspace");
         sync_scratch_dir(snapshot, &dir).map_err(|error| {
             Failure(format!(
                 "写入快照 {label} 到 {} 失败：{error}",

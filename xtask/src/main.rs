@@ -5,7 +5,11 @@ mod browser;
 mod checkout;
 mod codegen;
 mod html;
+mod lockfile;
 mod mutants;
+mod new_chapter;
+mod out;
+mod verdict;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -13,9 +17,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use course_cli::assemble::{self, Snapshot};
 use course_cli::catalog::Mode;
-use course_cli::runner::{Exit, LabId};
+use course_cli::handout::handout;
+use course_cli::plan::{Solved, WorkspacePlan};
+use course_cli::runner::{ChapterTests, Exit, LabId, RunError};
+use course_cli::sources::Sources;
 
 use checkout::{Course, Failure};
 
@@ -60,6 +66,18 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// 为新章节生成作者要写的文件并在清单末尾加上条目（不覆盖任何文件）
+    NewChapter {
+        /// 章节编号，例如 09
+        chapter: String,
+        /// 目录名里的英文短名，例如 session-store
+        slug: String,
+        /// 中文标题
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// 用 cargo 写出某一章新增包后的 Cargo.lock：从上一份锁文件出发，只增不改
+    Lock { chapter: String },
     /// 用 cargo-mutants 在某一章的参考快照上运行公开测试（讲师用，不在 CI 中）
     Mutants { chapter: String },
     /// 用 mdBook 把整门课生成静态网站 target/book/html，并检查每个站内链接与锚点
@@ -83,6 +101,12 @@ fn main() -> ExitCode {
             solved,
         } => snapshot(&chapter, &dir, solved.as_deref()),
         Command::Codegen { check } => codegen::run(check),
+        Command::Lock { chapter } => lockfile::run(&chapter),
+        Command::NewChapter {
+            chapter,
+            slug,
+            title,
+        } => new_chapter::run(&chapter, &slug, title.as_deref()),
         Command::Mutants { chapter } => mutants::run(&chapter),
         Command::Book { check_browser } => book::run(check_browser),
         Command::Ci => ci(),
@@ -90,7 +114,7 @@ fn main() -> ExitCode {
     match result {
         Ok(green) => Exit::from_green(green).into(),
         Err(failure) => {
-            eprintln!("错误：{failure}");
+            out::note(format!("错误：{failure}"));
             Exit::Usage.into()
         }
     }
@@ -101,32 +125,44 @@ fn test(input: &str, group: Option<&str>) -> Result<bool, Failure> {
     let chapter = course.chapter(input)?;
     let tests = chapter.tests();
     if let Some(name) = group {
-        if tests.group(name).is_none() {
-            return Err(Failure(format!(
-                "第 {} 章没有名为 `{name}` 的测试组；可选：{}",
-                chapter.id,
-                tests.group_names().join("、")
-            )));
-        }
+        known_group(&tests, name)?;
     }
-    let snapshot = assemble::instructor_snapshot(&course.catalog, &course.data, chapter)?;
+    let sources = Sources::new(&course.catalog, &course.data)?;
+    let plan = WorkspacePlan::new(&course.catalog, chapter, Solved::All);
+    let snapshot = handout(&sources, &plan)?;
     let runner = course.materialize(&format!("{}-reference", chapter.id), &snapshot)?;
     let reports = runner.run_chapter(&tests, group)?;
-    println!("第 {} 章（参考实现）：{}", chapter.id, chapter.title);
+    out::say(format!(
+        "第 {} 章（参考实现）：{}",
+        chapter.id, chapter.title
+    ));
     for report in &reports {
-        println!("  {}", report.summary_line());
+        out::say(format!("  {}", report.summary_line()));
     }
     Ok(reports.iter().all(|report| report.is_green()))
+}
+
+/// The one refusal of an unknown group, in the runner's words (the learner's `cargo xtask`
+/// says the same).
+fn known_group(tests: &ChapterTests, name: &str) -> Result<(), Failure> {
+    match tests.group(name) {
+        Some(_) => Ok(()),
+        None => Err(Failure(
+            RunError::UnknownGroup {
+                chapter: tests.id.to_string(),
+                group: name.to_string(),
+                known: tests.group_names().iter().map(|n| n.to_string()).collect(),
+            }
+            .to_string(),
+        )),
+    }
 }
 
 fn snapshot(input: &str, dir: &Path, solved: Option<&str>) -> Result<bool, Failure> {
     let course = Course::load()?;
     let chapter = course.chapter(input)?;
-    let (snapshot, what): (Snapshot, String) = match solved {
-        None => (
-            assemble::instructor_snapshot(&course.catalog, &course.data, chapter)?,
-            "参考快照".to_string(),
-        ),
+    let (solved, what) = match solved {
+        None => (Solved::All, "参考快照".to_string()),
         Some(lab) => {
             let lab: LabId = lab.parse()?;
             if chapter.mode() != Mode::Rebuild || chapter.group_of_lab(lab).is_none() {
@@ -143,18 +179,30 @@ fn snapshot(input: &str, dir: &Path, solved: Option<&str>) -> Result<bool, Failu
             }
             let next = lab.chapter.lab(lab.index + 1);
             (
-                assemble::practice_solved_before(&course.catalog, &course.data, chapter, next)?,
+                Solved::Before(next),
                 format!("练习工作区（Lab {lab} 及之前已完成）"),
             )
         }
     };
+    let sources = Sources::new(&course.catalog, &course.data)?;
+    let snapshot = handout(
+        &sources,
+        &WorkspacePlan::new(&course.catalog, chapter, solved),
+    )?;
     let written = course_cli::write::write_new_workspace(
         &snapshot,
         dir,
         &course_cli::write::Interrupt::new(0),
     )?;
-    println!("已写入第 {} 章{what}：{}", chapter.id, written.display());
-    println!("  在其中运行 cargo xtask test {} 查看各组结果", chapter.id);
+    out::say(format!(
+        "已写入第 {} 章{what}：{}",
+        chapter.id,
+        written.display()
+    ));
+    out::say(format!(
+        "  在其中运行 cargo xtask test {} 查看各组结果",
+        chapter.id
+    ));
     Ok(true)
 }
 
@@ -185,24 +233,24 @@ fn ci() -> Result<bool, Failure> {
         ),
     ];
     for (label, args) in steps {
-        println!("== {label}");
+        out::say(format!("== {label}"));
         let status = std::process::Command::new(&cargo)
             .args(args)
             .current_dir(&root)
             .status()
             .map_err(|error| Failure(format!("无法启动 cargo：{error}")))?;
         if !status.success() {
-            eprintln!("CI 失败于：{label}");
+            out::note(format!("CI 失败于：{label}"));
             return Ok(false);
         }
     }
     // The book runs when mdBook and Chromium are installed (.ci/run installs both) and says
     // plainly what it skipped otherwise.
-    println!("== cargo xtask book --check-browser");
+    out::say("== cargo xtask book --check-browser");
     if !book::ci_step()? {
-        eprintln!("CI 失败于：cargo xtask book --check-browser");
+        out::note("CI 失败于：cargo xtask book --check-browser");
         return Ok(false);
     }
-    println!("== cargo xtask verify");
+    out::say("== cargo xtask verify");
     verify::run(&[], false)
 }

@@ -3,7 +3,9 @@
 
 use std::process::Command;
 
-use course_cli::assemble;
+use course_cli::handout::handout;
+use course_cli::plan::{Solved, WorkspacePlan};
+use course_cli::sources::Sources;
 
 use crate::checkout::{Course, Failure};
 
@@ -28,10 +30,14 @@ pub fn run(input: &str) -> Result<bool, Failure> {
             chapter.id
         )));
     }
-    let snapshot = assemble::instructor_snapshot(&course.catalog, &course.data, chapter)?;
+    let sources = Sources::new(&course.catalog, &course.data)?;
+    let snapshot = handout(
+        &sources,
+        &WorkspacePlan::new(&course.catalog, chapter, Solved::All),
+    )?;
     let dir = course
-        .root
-        .join("target/course/mutants")
+        .claim_scratch()?
+        .join("mutants")
         .join(chapter.id.to_string());
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;

@@ -9,10 +9,12 @@ use std::sync::Arc;
 use clap::error::ErrorKind;
 use clap::Parser;
 
-use course_cli::assemble;
 use course_cli::catalog::{Catalog, Chapter, Mode};
 use course_cli::files;
+use course_cli::handout::handout;
 use course_cli::learning;
+use course_cli::plan::{Solved, WorkspacePlan};
+use course_cli::sources::Sources;
 use course_cli::write::{self, shown, Interrupt, WriteError};
 
 #[derive(Parser, Debug)]
@@ -157,8 +159,9 @@ fn run(cli: Cli, interrupt: &Interrupt) -> Result<(), Stop> {
         .dir
         .unwrap_or_else(|| PathBuf::from(format!("../pi-practice-{}", chapter.id)));
 
-    let snapshot = assemble::practice(&catalog, &data, chapter)
-        .map_err(|error| Stop::refuse(error.to_string()))?;
+    let plan = WorkspacePlan::new(&catalog, chapter, Solved::Nothing);
+    let sources = Sources::new(&catalog, &data).map_err(|error| Stop::refuse(error.to_string()))?;
+    let snapshot = handout(&sources, &plan).map_err(|error| Stop::refuse(error.to_string()))?;
     let written = write::write_new_workspace(&snapshot, &target, interrupt).map_err(|error| {
         let code = error.exit_code();
         let message = match &error {

@@ -1,4 +1,0 @@
-//! pi-course: build a coding agent ("pi") one chapter at a time.
-
-pub mod event_stream;
-pub mod survival;

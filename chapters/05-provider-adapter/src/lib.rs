@@ -1,9 +1,0 @@
-//! pi-course: build a coding agent ("pi") one chapter at a time.
-
-pub mod event_stream;
-pub mod http_transport;
-pub mod provider_adapter;
-pub mod scripted_model;
-pub mod sse;
-pub mod survival;
-pub mod types;
