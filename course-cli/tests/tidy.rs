@@ -273,16 +273,10 @@ fn import_circles(dir: &Path) -> Vec<String> {
     circles
 }
 
-/// Circles being cut on another branch, allowed until it lands: the book's split (issue #18)
-/// puts the HTML shared by `book` and `browser` in a module below both. Delete the entry when
-/// that branch is merged.
-const CIRCLES_BEING_CUT: &[&str] = &["book → browser → … → book", "browser → book → … → browser"];
-
 #[test]
 fn no_import_circle_between_modules() {
     for dir in ["course-cli/src", "xtask/src"] {
-        let mut circles = import_circles(&repo().join(dir));
-        circles.retain(|circle| !CIRCLES_BEING_CUT.contains(&circle.as_str()));
+        let circles = import_circles(&repo().join(dir));
         assert!(
             circles.is_empty(),
             "{dir}: modules that import each other (put the shared part in a module below both):\n{}",
