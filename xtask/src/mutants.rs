@@ -8,6 +8,7 @@ use course_cli::plan::{Solved, WorkspacePlan};
 use course_cli::sources::Sources;
 
 use crate::checkout::{Course, Failure};
+use crate::out;
 
 pub fn run(input: &str) -> Result<bool, Failure> {
     let installed = Command::new("cargo")
@@ -63,15 +64,15 @@ pub fn run(input: &str) -> Result<bool, Failure> {
     }
     // Only the chapter's public tests judge its mutants: `cargo test --test NN_slug`.
     command.arg(format!("--cargo-test-arg=--test={}", chapter.test_target()));
-    println!(
+    out::say(format!(
         "在 {} 中运行 cargo mutants（只针对 {} 的公开测试）",
         dir.display(),
         chapter.test_target()
-    );
+    ));
     let status = command.status()?;
-    println!(
+    out::say(format!(
         "结果在 {}/mutants.out（caught / missed / unviable 见 outcomes.json）",
         dir.display()
-    );
+    ));
     Ok(status.success())
 }

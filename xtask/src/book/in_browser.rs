@@ -27,6 +27,7 @@ use super::pages::{Page, CARD_CLASS};
 use crate::browser::{self, Chromium, Window};
 use crate::checkout::Failure;
 use crate::html::{self, selector};
+use crate::out;
 
 /// The chapter whose page is searched from and photographed.
 const SEARCH_CHAPTER: &str = "06";
@@ -315,11 +316,11 @@ impl Tally {
     fn record(&mut self, problems: Vec<String>, ok_line: String) {
         if problems.is_empty() {
             self.passed += 1;
-            println!("  ✓ {ok_line}");
+            out::say(format!("  ✓ {ok_line}"));
         } else {
             self.failed += 1;
             for problem in problems {
-                println!("  ✗ {problem}");
+                out::say(format!("  ✗ {problem}"));
             }
         }
     }
@@ -416,22 +417,22 @@ pub fn check(built: &Built, chromium: &Path) -> Result<bool, Failure> {
     let started = Instant::now();
     let browser = Chromium::new(chromium, &built.dir.join("browser"), WINDOW)?;
     let tally = run_checks(built, &browser)?;
-    println!(
+    out::say(format!(
         "浏览器检查：{} 项通过，{} 项失败，用时 {:.1}s（DOM 与日志在 {}）",
         tally.passed,
         tally.failed,
         started.elapsed().as_secs_f64(),
         browser.logs().display()
-    );
+    ));
     Ok(tally.failed == 0)
 }
 
 fn run_checks(built: &Built, browser: &Chromium) -> Result<Tally, Failure> {
-    println!(
+    out::say(format!(
         "== 浏览器检查：{}，headless，窗口宽 {} px",
         browser.version(),
         WINDOW.width
-    );
+    ));
     let probed = built.dir.join("browser").join("site");
     probe_copy(&built.html_dir, &probed)?;
     let mut tally = Tally::default();
@@ -493,7 +494,9 @@ fn run_checks(built: &Built, browser: &Chromium) -> Result<Tally, Failure> {
     if rust_total == 0 {
         tally.record(vec!["全书没有一个 Rust 代码块".into()], String::new());
     } else {
-        println!("  （全书 Rust 代码块 {rust_highlighted}/{rust_total} 已高亮）");
+        out::say(format!(
+            "  （全书 Rust 代码块 {rust_highlighted}/{rust_total} 已高亮）"
+        ));
     }
 
     let chapter_page = built

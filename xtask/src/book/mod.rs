@@ -28,24 +28,28 @@ mod paths;
 
 use crate::browser;
 use crate::checkout::Failure;
+use crate::out;
 
 /// Builds, reports, and returns the book when it is good.
 fn build_and_report() -> Result<Option<build::Built>, Failure> {
     let built = build::build()?;
     if !built.problems.is_empty() {
-        println!("✗ 课程书有问题：");
+        out::say("✗ 课程书有问题：");
         for problem in &built.problems {
-            println!("  ✗ {problem}");
+            out::say(format!("  ✗ {problem}"));
         }
         return Ok(None);
     }
-    println!(
+    out::say(format!(
         "✓ 课程书：{} 页，{} 个站内链接与锚点全部可达，用时 {:.1}s",
         built.pages.len(),
         built.links,
         built.seconds
-    );
-    println!("  打开：{}", built.html_dir.join("index.html").display());
+    ));
+    out::say(format!(
+        "  打开：{}",
+        built.html_dir.join("index.html").display()
+    ));
     Ok(Some(built))
 }
 
@@ -68,7 +72,7 @@ pub fn run(check_browser: bool) -> Result<bool, Failure> {
 /// Chromium are present, and says plainly what it skipped when they are not.
 pub fn ci_step() -> Result<bool, Failure> {
     if let Some(problem) = mdbook::problem() {
-        println!("⚠ 已跳过课程书与浏览器检查：{problem}");
+        out::say(format!("⚠ 已跳过课程书与浏览器检查：{problem}"));
         return Ok(true);
     }
     let Some(built) = build_and_report()? else {
@@ -77,7 +81,7 @@ pub fn ci_step() -> Result<bool, Failure> {
     match browser::find_chromium() {
         Some(chromium) => in_browser::check(&built, &chromium),
         None => {
-            println!("⚠ 已跳过浏览器检查：{}", browser::missing_hint());
+            out::say(format!("⚠ 已跳过浏览器检查：{}", browser::missing_hint()));
             Ok(true)
         }
     }
