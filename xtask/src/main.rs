@@ -61,7 +61,7 @@ enum Command {
         #[arg(long)]
         solved: Option<String>,
     },
-    /// 从参考实现的 Lab 区域生成 skeletons/；--check 只检查是否过期
+    /// 生成 skeletons/、README 的章节表和辅导协议里各章的命令块；--check 只检查是否过期
     Codegen {
         #[arg(long)]
         check: bool,
