@@ -395,7 +395,8 @@ impl ChapterReport {
             Step::Lock => self.lock.seconds,
             Step::AnswerFree | Step::Guide => 0.0,
             Step::Practice => self.practice.run.seconds,
-            Step::Labs => self.labs.iter().map(|lab| lab.seconds).sum(),
+            // A fold from 0.0: `Sum` of no f64 is -0.0, which the table would print.
+            Step::Labs => self.labs.iter().fold(0.0, |total, lab| total + lab.seconds),
             Step::Mutations => self.mutations.seconds,
         }
     }
