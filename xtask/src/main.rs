@@ -1,4 +1,4 @@
-//! Course automation, plain Rust: `cargo xtask test|verify|snapshot|codegen|mutants|book|ci`.
+//! Course automation, plain Rust: `cargo xtask test|verify|snapshot|codegen|new-chapter|lock|mutants|book|ci`.
 
 mod book;
 mod browser;
