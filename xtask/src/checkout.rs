@@ -117,7 +117,32 @@ impl Course {
     /// for cargo to rebuild exactly what changed, while the compiled dependencies are reused.
     /// `label` only names the snapshot in messages.
     pub fn materialize(&self, label: &str, snapshot: &Snapshot) -> Result<CargoRunner, Failure> {
-        let dir = self.claim_scratch()?.join("workspace");
+        self.materialize_in(Lane::MAIN, label, snapshot)
+    }
+
+    /// [`Course::materialize`] in one of several independent scratch pairs, so that states
+    /// can be judged side by side (the mistake catalogue). Lane 0 is the main pair; lane k
+    /// is `target/course/workspace-k` with its own target dir `build-k`, seeded on first use
+    /// with a copy of `build`: the workspace has the same layout, so cargo's path-relative
+    /// hashes find the compiled dependencies and only the course's own crates rebuild.
+    pub fn materialize_in(
+        &self,
+        lane: Lane,
+        label: &str,
+        snapshot: &Snapshot,
+    ) -> Result<CargoRunner, Failure> {
+        let scratch = self.claim_scratch()?;
+        let (dir, build) = if lane == Lane::MAIN {
+            (scratch.join("workspace"), scratch.join("build"))
+        } else {
+            let build = scratch.join(format!("build-{}", lane.0));
+            if !build.exists() {
+                seed_build_dir(&scratch.join("build"), &build).map_err(|error| {
+                    Failure(format!("复制构建目录到 {} 失败：{error}", build.display()))
+                })?;
+            }
+            (scratch.join(format!("workspace-{}", lane.0)), build)
+        };
         sync_scratch_dir(snapshot, &dir).map_err(|error| {
             Failure(format!(
                 "写入快照 {label} 到 {} 失败：{error}",
@@ -125,7 +150,67 @@ impl Course {
             ))
         })?;
         let mut runner = CargoRunner::new(dir);
-        runner.target_dir = Some(self.scratch.join("build"));
+        runner.target_dir = Some(build);
         Ok(runner)
     }
+}
+
+/// One of the scratch workspace/target pairs under `target/course/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lane(pub usize);
+
+impl Lane {
+    pub const MAIN: Lane = Lane(0);
+
+    /// How many lanes judge side by side: one per core, at most four (each lane is a full
+    /// target dir on disk, and beyond the core count cargo processes only queue for CPU).
+    /// `PI_COURSE_VERIFY_LANES` overrides it, e.g. `1` to judge strictly one state at a time.
+    pub fn count() -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        std::env::var("PI_COURSE_VERIFY_LANES")
+            .ok()
+            .and_then(|value| value.trim().parse::<usize>().ok())
+            .filter(|&lanes| lanes > 0)
+            .unwrap_or_else(|| cores.min(4))
+    }
+}
+
+/// Copies a target dir into a fresh one, written under a temporary name and renamed into
+/// place, so an interrupted copy never leaves a half-filled `build-k` that later runs trust.
+/// Artifacts keep their modification times: cargo then compares them with the lane's newly
+/// written sources exactly as it would in the directory they came from.
+fn seed_build_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    let partial = to.with_extension("partial");
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial)?;
+    }
+    std::fs::create_dir_all(&partial)?;
+    if from.is_dir() {
+        for entry in walkdir::WalkDir::new(from).min_depth(1) {
+            let entry = entry.map_err(std::io::Error::other)?;
+            let relative = entry
+                .path()
+                .strip_prefix(from)
+                .expect("walk stays under from");
+            let target = partial.join(relative);
+            let kind = entry.file_type();
+            if kind.is_dir() {
+                std::fs::create_dir_all(&target)?;
+            } else if kind.is_file() {
+                std::fs::copy(entry.path(), &target)?;
+                let modified = entry
+                    .metadata()
+                    .map_err(std::io::Error::other)?
+                    .modified()?;
+                std::fs::File::options()
+                    .write(true)
+                    .open(&target)?
+                    .set_modified(modified)?;
+            } else if kind.is_symlink() {
+                #[cfg(unix)]
+                std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+            }
+        }
+    }
+    std::fs::rename(&partial, to)
 }

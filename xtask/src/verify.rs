@@ -14,18 +14,23 @@
 //! call, so cargo compiles them in parallel; the practice workspace doubles as the state of
 //! the first Lab.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::Instant;
 
 use course_cli::assemble::{self, add_held_out, held_out_target, Snapshot};
-use course_cli::catalog::{Chapter, Mode, LOCK_FILE};
+use course_cli::catalog::{Chapter, Mistake, Mode, LOCK_FILE};
 use course_cli::guide;
 use course_cli::handout::handout;
 use course_cli::plan::{Solved, WorkspacePlan};
 use course_cli::runner::libtest::parse_test_run;
-use course_cli::runner::{CargoRunner, GroupReport, GroupSpec, LabId, LEARNER_PACKAGE};
+use course_cli::runner::{
+    CargoRunner, ChapterTests, GroupReport, GroupSpec, LabId, LEARNER_PACKAGE,
+};
 use course_cli::sources::Sources;
 
-use crate::checkout::{Course, Failure};
+use crate::checkout::{Course, Failure, Lane};
 use crate::lockfile;
 use crate::out;
 use crate::verdict::{
@@ -437,6 +442,9 @@ impl Verifier<'_> {
         Ok(proof)
     }
 
+    /// Judges every catalogue entry, several at a time (one [`Lane`] each): a mistake's state
+    /// is the reference with one edit, so lanes never share files. Rows are printed and kept in
+    /// catalogue order whatever order they finish in.
     fn mistakes(&self, chapter: &Chapter, reference: &Snapshot) -> Result<Mutations, Failure> {
         let started = Instant::now();
         let rebuild = chapter.mode() == Mode::Rebuild;
@@ -446,46 +454,85 @@ impl Verifier<'_> {
             ..Mutations::default()
         };
         let tests = chapter.tests();
-        for mistake in &chapter.mistakes {
-            let mistake_started = Instant::now();
-            let mut snapshot = reference.clone();
-            let (killed_by, detail) = match assemble::apply_mistake(&mut snapshot, mistake) {
-                Err(error) => (KilledBy::None, error.to_string()),
-                Ok(()) => {
-                    let runner = self.course.materialize(
-                        &format!("{}-mistake-{}", chapter.id, mistake.name),
-                        &snapshot,
-                    )?;
-                    judge_mistake(&runner, chapter, &tests, mistake)
+        let next = AtomicUsize::new(0);
+        let lanes = Lane::count().min(chapter.mistakes.len()).max(1);
+        let (sender, receiver) = mpsc::channel::<(usize, Result<MistakeRow, Failure>)>();
+        std::thread::scope(|scope| {
+            for lane in 0..lanes {
+                let sender = sender.clone();
+                let (next, tests) = (&next, &tests);
+                scope.spawn(move || loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(mistake) = chapter.mistakes.get(index) else {
+                        break;
+                    };
+                    let row = self.mistake(Lane(lane), chapter, reference, tests, mistake);
+                    let failed = row.is_err();
+                    if sender.send((index, row)).is_err() || failed {
+                        break;
+                    }
+                });
+            }
+            drop(sender);
+            let mut finished: BTreeMap<usize, Result<MistakeRow, Failure>> = BTreeMap::new();
+            for (index, row) in receiver {
+                finished.insert(index, row);
+                while let Some(row) = finished.remove(&mutations.table.len()) {
+                    let row = row?;
+                    self.say(&format!(
+                        "    {} {:<40} {:<14} {}（{:.1}s）",
+                        row.killed_by.mark(),
+                        row.name,
+                        row.group,
+                        row.detail,
+                        row.seconds
+                    ));
+                    mutations.table.push(row);
                 }
-            };
-            let row = MistakeRow {
-                name: mistake.name.clone(),
-                group: mistake.group.clone(),
-                killed_by,
-                detail,
-                seconds: since(mistake_started),
-            };
-            self.say(&format!(
-                "    {} {:<40} {:<14} {}（{:.1}s）",
-                row.killed_by.mark(),
-                row.name,
-                row.group,
-                row.detail,
-                row.seconds
-            ));
-            mutations.table.push(row);
-        }
+            }
+            Ok::<(), Failure>(())
+        })?;
         mutations.seconds = since(started);
         let total = mutations.table.len();
         self.say(&format!(
-            "  {} 错误实现   公开测试捕获 {}/{total}，加上保留测试 {}/{total}（{:.1}s）",
+            "  {} 错误实现   公开测试捕获 {}/{total}，加上保留测试 {}/{total}（{:.1}s，{lanes} 路并行）",
             mark(mutations.killed() == total && total > 0),
             mutations.killed_public(),
             mutations.killed(),
             mutations.seconds
         ));
         Ok(mutations)
+    }
+
+    /// One catalogue entry: the reference with the mistake applied, judged in `lane`.
+    fn mistake(
+        &self,
+        lane: Lane,
+        chapter: &Chapter,
+        reference: &Snapshot,
+        tests: &ChapterTests,
+        mistake: &Mistake,
+    ) -> Result<MistakeRow, Failure> {
+        let started = Instant::now();
+        let mut snapshot = reference.clone();
+        let (killed_by, detail) = match assemble::apply_mistake(&mut snapshot, mistake) {
+            Err(error) => (KilledBy::None, error.to_string()),
+            Ok(()) => {
+                let runner = self.course.materialize_in(
+                    lane,
+                    &format!("{}-mistake-{}", chapter.id, mistake.name),
+                    &snapshot,
+                )?;
+                judge_mistake(&runner, chapter, tests, mistake)
+            }
+        };
+        Ok(MistakeRow {
+            name: mistake.name.clone(),
+            group: mistake.group.clone(),
+            killed_by,
+            detail,
+            seconds: since(started),
+        })
     }
 
     /// The chapter guide against the learning contract.
@@ -721,8 +768,8 @@ fn first_red(report: &GroupReport) -> String {
 fn judge_mistake(
     runner: &CargoRunner,
     chapter: &Chapter,
-    tests: &course_cli::runner::ChapterTests,
-    mistake: &course_cli::catalog::Mistake,
+    tests: &ChapterTests,
+    mistake: &Mistake,
 ) -> (KilledBy, String) {
     let groups = match runner.run_chapter(tests, Some(&mistake.group)) {
         Err(error) => {
