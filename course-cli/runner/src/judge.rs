@@ -28,9 +28,7 @@ impl GroupReport {
     }
 
     pub fn failures(&self) -> impl Iterator<Item = &TestOutcome> {
-        self.outcomes
-            .iter()
-            .filter(|o| o.verdict == Verdict::Failed)
+        self.outcomes.iter().filter(|o| o.verdict.is_failure())
     }
 
     /// A filtered `cargo test` exits 0 on no match, so the count is checked on its own.
@@ -53,16 +51,21 @@ impl GroupReport {
             && self.ignored() == 0
             && self
                 .failures()
-                .all(|outcome| outcome.first_lab_stub().map(|(hit, _)| hit) == Some(lab))
+                .all(|outcome| {
+                    outcome.verdict == Verdict::Failed
+                        && outcome.first_lab_stub().map(|(hit, _)| hit) == Some(lab)
+                })
     }
 
     /// The marker each failing test hit first, for reports (`Lab 6.2` where `Lab 6.3` was due).
     pub fn markers_hit(&self) -> Vec<String> {
         let mut markers: Vec<String> = self
             .failures()
-            .map(|o| match o.first_lab_stub() {
-                Some((lab, _)) => lab.marker(),
-                None => "断言失败".to_string(),
+            .map(|o| match (o.verdict, o.first_lab_stub()) {
+                (Verdict::Crashed(_), _) => "进程中途退出".to_string(),
+                (Verdict::TimedOut(_), _) => "超时".to_string(),
+                (_, Some((lab, _))) => lab.marker(),
+                (_, None) => "断言失败".to_string(),
             })
             .collect();
         markers.dedup();
