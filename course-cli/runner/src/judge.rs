@@ -31,6 +31,14 @@ impl GroupReport {
         self.outcomes.iter().filter(|o| o.verdict.is_failure())
     }
 
+    /// The failure to show first: a crash or timeout (it explains the other reds of its run),
+    /// else the first failing test by name.
+    pub fn first_failure(&self) -> Option<&TestOutcome> {
+        self.failures()
+            .find(|o| o.reason().is_some())
+            .or_else(|| self.failures().next())
+    }
+
     /// A filtered `cargo test` exits 0 on no match, so the count is checked on its own.
     pub fn count_matches(&self) -> bool {
         self.selected == self.spec.tests && self.outcomes.len() == self.spec.tests
@@ -93,11 +101,17 @@ impl GroupReport {
                 self.selected,
                 self.spec.tests
             ));
-        } else if let Some(first) = self.failures().next() {
+        } else if let Some(first) = self.first_failure() {
             let headline = first
                 .headline(HEADLINE_WIDTH)
                 .unwrap_or_else(|| "没有找到 panic 信息，见完整输出".to_string());
             line.push_str(&format!("\n      首个失败 {}：{headline}", first.name));
+            // Every other crash or timeout gets its own line: each names a test to look at.
+            for other in self.failures().filter(|o| o.name != first.name) {
+                if let Some(reason) = other.reason() {
+                    line.push_str(&format!("\n      {reason}"));
+                }
+            }
         }
         if self.ignored() > 0 {
             line.push_str(&format!(

@@ -86,14 +86,16 @@ impl TestOutcome {
         let name = &self.name;
         match self.verdict {
             Verdict::Crashed(status) => {
-                let cause = if self.output.contains("has overflowed its stack") {
-                    format!("栈溢出，{}", status.describe())
-                } else {
-                    status.describe()
-                };
-                Some(format!(
-                    "测试进程在 {name} 中途退出（{cause}），libtest 没有给出这个测试的结果"
-                ))
+                let ended = status.describe();
+                Some(match status {
+                    Status::Code(_) => format!(
+                        "测试进程在 {name} 中途退出（{ended}）：被测代码不能调用 process::exit"
+                    ),
+                    Status::Signal(_) if self.output.contains("has overflowed its stack") => {
+                        format!("测试进程在 {name} 中途退出（栈溢出，{ended}）")
+                    }
+                    Status::Signal(_) => format!("测试进程在 {name} 中途退出（{ended}）"),
+                })
             }
             Verdict::TimedOut(seconds) => Some(format!(
                 "超时（{seconds} 秒）：{name} 没有结束，可能是死循环，或在等一个永远不来的事件"
@@ -359,10 +361,10 @@ test result: FAILED. 1 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out\n
         };
         assert_eq!(
             crashed(Status::Code(0), "").headline(80).as_deref(),
-            Some("测试进程在 queue::a 中途退出（退出码 0），libtest 没有给出这个测试的结果")
+            Some("测试进程在 queue::a 中途退出（退出码 0）：被测代码不能调用 process::exit")
         );
         let overflow = crashed(
-            Status::Signal(6),
+            Status::Signal(libc::SIGABRT),
             "\nthread 'queue::a' has overflowed its stack\nfatal runtime error: stack overflow\n",
         );
         assert!(

@@ -245,7 +245,7 @@ pub fn judge_chapter(
     let green = reports.iter().all(|report| report.is_green());
     match reports.iter().find(|report| !report.is_green()) {
         None if group.is_some() => say(&format!(
-            "这一组通过了；整章是否通过，运行 cargo xtask test {}。",
+            "这一组通过了（只运行了这一组；整章请运行 cargo xtask test {}）。",
             tests.id
         )),
         None => say("全部通过。"),

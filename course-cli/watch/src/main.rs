@@ -81,7 +81,12 @@ fn run() -> Result<Exit, Refusal> {
         "监视 {}：保存文件后自动运行当前 Lab 的测试组；按 Ctrl-C 退出。",
         sources.display()
     ));
-    let mut current = first_open_group(&root, &tests, &cancel);
+    // Edited tests: no silent run first; the judging path below refuses at once.
+    let mut current = if stamp.edited_injected_files(&root).is_empty() {
+        first_open_group(&root, &tests, &cancel)
+    } else {
+        None
+    };
     loop {
         let group = current.clone();
         // Saves so far are part of this run; a later one cancels it.
@@ -107,7 +112,7 @@ fn run() -> Result<Exit, Refusal> {
         if verdict == Exit::Green {
             match group.as_deref().and_then(|name| next_group(&tests, name)) {
                 Some(next) => {
-                    say(&format!("✓ 这一组通过了。下一个：--group {next}"));
+                    say(&format!("✓ 下一个：--group {next}"));
                     current = Some(next);
                     continue;
                 }
