@@ -134,6 +134,10 @@ fn first_open_group(root: &Path, tests: &ChapterTests, cancel: &Cancel) -> Optio
     let mut runner = course_runner::CargoRunner::new(root.to_path_buf());
     runner.cancel = Some(cancel.clone());
     match runner.run_chapter(tests, None) {
+        Err(course_runner::RunError::Cancelled) => {
+            say("检测到新的保存：停止这次运行，重新开始。");
+            tests.groups.first().map(|group| group.name.clone())
+        }
         Ok(reports) => reports
             .iter()
             .find(|report| !report.is_green())
