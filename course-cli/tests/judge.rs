@@ -39,11 +39,7 @@ fn workspace() -> MutexGuard<'static, Workspace> {
         .get_or_init(|| {
             let scratch = tempfile::tempdir().unwrap();
             let root = scratch.path().join("w");
-            let output = Command::new(BIN)
-                .arg("03")
-                .arg(&root)
-                .output()
-                .unwrap();
+            let output = Command::new(BIN).arg("03").arg(&root).output().unwrap();
             assert!(output.status.success(), "practice 03 writes a workspace");
             let reference = fs::read_to_string(root.join(STREAM)).unwrap();
             Mutex::new(Workspace {
@@ -62,7 +58,9 @@ impl Workspace {
     fn plant(&self, code: &str) {
         let head = "    pub fn push(&self, event: T) {\n";
         assert_eq!(self.reference.matches(head).count(), 1, "push 的开头唯一");
-        let planted = self.reference.replacen(head, &format!("{head}        {code}\n"), 1);
+        let planted = self
+            .reference
+            .replacen(head, &format!("{head}        {code}\n"), 1);
         fs::write(self.root.join(STREAM), planted).unwrap();
         let _ = fs::remove_file(self.root.join(PID_FILE));
     }
@@ -272,7 +270,10 @@ fn a_killed_judge_leaves_no_test_running() {
     ws.plant(&endless_loop());
     for signal in ["-KILL", "-TERM", "-INT"] {
         let mut judge = ws
-            .command(&["test", "02", "--group", "queue"], &[("COURSE_TEST_TIMEOUT", "600")])
+            .command(
+                &["test", "02", "--group", "queue"],
+                &[("COURSE_TEST_TIMEOUT", "600")],
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -322,7 +323,10 @@ fn until(lines: &mpsc::Receiver<String>, wanted: &str, rule: &str) -> Vec<String
                     return seen;
                 }
             }
-            Err(_) => panic!("{rule}：没有等到 `{wanted}`，已有输出：\n{}", seen.join("\n")),
+            Err(_) => panic!(
+                "{rule}：没有等到 `{wanted}`，已有输出：\n{}",
+                seen.join("\n")
+            ),
         }
     }
 }
@@ -342,10 +346,12 @@ fn watch_abandons_a_hung_run_on_the_next_save() {
     until(&lines, "监视", "watch 先报告它在监视哪里");
     let hung = ws.hung_test_pid(&mut watch);
     ws.plant("");
-    let seen = until(&lines, "全部通过。", "保存修好的代码后，watch 重新运行并整章通过");
-    let _ = Command::new("kill")
-        .arg(watch.id().to_string())
-        .status();
+    let seen = until(
+        &lines,
+        "全部通过。",
+        "保存修好的代码后，watch 重新运行并整章通过",
+    );
+    let _ = Command::new("kill").arg(watch.id().to_string()).status();
     watch.wait().unwrap();
     assert!(
         seen.iter()
@@ -365,12 +371,21 @@ fn watch_refuses_edited_tests_like_test_does() {
     let pristine = fs::read_to_string(&path).unwrap();
     let head = "    async fn queued_events_arrive_in_push_order() {\n";
     assert_eq!(pristine.matches(head).count(), 1);
-    fs::write(&path, pristine.replacen(head, &format!("{head}        return;\n"), 1)).unwrap();
+    fs::write(
+        &path,
+        pristine.replacen(head, &format!("{head}        return;\n"), 1),
+    )
+    .unwrap();
 
     let (test_code, test_out, test_err) = ws.xtask(&["test", "02"]);
     let (watch_code, watch_out, watch_err) = ws.xtask(&["watch", "02"]);
     let restored = ws.xtask(&["restore-tests"]);
-    assert_eq!(restored.0, Some(0), "restore-tests 恢复测试：{}", restored.2);
+    assert_eq!(
+        restored.0,
+        Some(0),
+        "restore-tests 恢复测试：{}",
+        restored.2
+    );
 
     let refusal = format!("注入的测试 {TESTS} 与原样不同，本次结果不可信，不给出判定。");
     for (command, code, stdout, stderr) in [
@@ -414,13 +429,23 @@ fn the_alias_is_locked_so_the_lock_never_moves() {
     let lock_after = fs::read(&lock).unwrap();
     fs::write(&manifest, &learner).unwrap();
 
-    assert_ne!(missing, Some(0), "缺少 Cargo.lock 时不能运行：{missing_err}");
+    assert_ne!(
+        missing,
+        Some(0),
+        "缺少 Cargo.lock 时不能运行：{missing_err}"
+    );
     assert!(!recreated, "--locked：缺少的 Cargo.lock 不会被重新生成");
     assert!(
         missing_err.contains("because --locked was passed"),
         "{missing_err}"
     );
     assert_ne!(added, Some(0), "新增依赖时不能运行：{added_err}");
-    assert!(added_err.contains("because --locked was passed"), "{added_err}");
-    assert!(lock_after == pinned, "--locked：钉住的 Cargo.lock 一个字节都不变");
+    assert!(
+        added_err.contains("because --locked was passed"),
+        "{added_err}"
+    );
+    assert!(
+        lock_after == pinned,
+        "--locked：钉住的 Cargo.lock 一个字节都不变"
+    );
 }

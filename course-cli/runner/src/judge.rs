@@ -57,12 +57,10 @@ impl GroupReport {
         self.count_matches()
             && self.passed() == 0
             && self.ignored() == 0
-            && self
-                .failures()
-                .all(|outcome| {
-                    outcome.verdict == Verdict::Failed
-                        && outcome.first_lab_stub().map(|(hit, _)| hit) == Some(lab)
-                })
+            && self.failures().all(|outcome| {
+                outcome.verdict == Verdict::Failed
+                    && outcome.first_lab_stub().map(|(hit, _)| hit) == Some(lab)
+            })
     }
 
     /// The marker each failing test hit first, for reports (`Lab 6.2` where `Lab 6.3` was due).

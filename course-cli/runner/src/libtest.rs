@@ -340,7 +340,8 @@ test result: FAILED. 1 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out\n
 
     #[test]
     fn the_log_gives_verdicts_and_ignores_anything_else() {
-        let log = parse_log("ok queue::a\nfailed queue::b\nignored queue::c\ntest queue::d ... ok\nok");
+        let log =
+            parse_log("ok queue::a\nfailed queue::b\nignored queue::c\ntest queue::d ... ok\nok");
         assert_eq!(
             log.into_iter().collect::<Vec<_>>(),
             [
@@ -368,7 +369,10 @@ test result: FAILED. 1 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out\n
             "\nthread 'queue::a' has overflowed its stack\nfatal runtime error: stack overflow\n",
         );
         assert!(
-            overflow.headline(80).unwrap().contains("（栈溢出，信号 SIGABRT）"),
+            overflow
+                .headline(80)
+                .unwrap()
+                .contains("（栈溢出，信号 SIGABRT）"),
             "栈溢出要说出来：{:?}",
             overflow.headline(80)
         );
@@ -378,7 +382,9 @@ test result: FAILED. 1 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out\n
             output: String::new(),
         };
         assert!(
-            hung.headline(80).unwrap().starts_with("超时（30 秒）：queue::a 没有结束"),
+            hung.headline(80)
+                .unwrap()
+                .starts_with("超时（30 秒）：queue::a 没有结束"),
             "{:?}",
             hung.headline(80)
         );

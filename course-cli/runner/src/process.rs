@@ -343,11 +343,14 @@ mod tests {
         kept.push(b"\nend");
         let text = kept.text();
         assert!(text.starts_with("start\n"), "输出开头要保留");
-        assert!(text.ends_with("\nend"), "输出结尾要保留（libtest 最后打印失败详情）");
         assert!(
-            text.contains("中间省略 10 字节"),
-            "省略的字节数要如实给出"
+            text.ends_with("\nend"),
+            "输出结尾要保留（libtest 最后打印失败详情）"
         );
-        assert!(text.len() < HEAD_BYTES + TAIL_BYTES + 100, "保留的输出有上限");
+        assert!(text.contains("中间省略 10 字节"), "省略的字节数要如实给出");
+        assert!(
+            text.len() < HEAD_BYTES + TAIL_BYTES + 100,
+            "保留的输出有上限"
+        );
     }
 }
