@@ -28,6 +28,10 @@ pub enum RunError {
     Build(String),
     /// The run was cancelled (watch mode: the learner saved again).
     Cancelled,
+    /// libtest refused `--logfile` (deprecated by rust-lang/rust#134283, still honoured in
+    /// 1.95): without its verdict log nothing can be judged, so this is said instead of
+    /// blaming every test.
+    NoVerdictLog,
     /// The requested group is not one of the chapter's.
     UnknownGroup {
         chapter: String,
@@ -49,6 +53,10 @@ impl fmt::Display for RunError {
                 write!(f, "测试目标编译失败，先修复下面的编译错误：\n{diagnostics}")
             }
             RunError::Cancelled => write!(f, "本次运行已取消"),
+            RunError::NoVerdictLog => write!(
+                f,
+                "这个 Rust 版本的测试框架不再接受 --logfile，无法得到可信的判定；请更新课程工具（practice）"
+            ),
             RunError::UnknownGroup {
                 chapter,
                 group,
@@ -257,6 +265,9 @@ impl CargoRunner {
             .map_err(RunError::Spawn)?;
         if finished.ending == Ending::Cancelled {
             return Err(RunError::Cancelled);
+        }
+        if finished.stderr.contains("Unrecognized option: 'logfile'") {
+            return Err(RunError::NoVerdictLog);
         }
         Ok(LoggedRun {
             verdicts: parse_log(&std::fs::read_to_string(&log.0).unwrap_or_default()),
