@@ -449,3 +449,19 @@ fn the_alias_is_locked_so_the_lock_never_moves() {
         "--locked：钉住的 Cargo.lock 一个字节都不变"
     );
 }
+
+#[test]
+fn restore_tests_recreates_a_deleted_tests_folder() {
+    let ws = workspace();
+    let folder = ws.root.join("pi-course/tests");
+    let pristine = fs::read(ws.root.join(TESTS)).unwrap();
+    fs::remove_dir_all(&folder).unwrap();
+    let (code, stdout, stderr) = ws.xtask(&["restore-tests"]);
+    assert_eq!(code, Some(0), "删掉整个 tests 目录也能恢复：{stderr}");
+    assert!(stdout.contains(&format!("已恢复 {TESTS}")), "{stdout}");
+    assert_eq!(
+        fs::read(ws.root.join(TESTS)).unwrap(),
+        pristine,
+        "恢复的是原样的测试"
+    );
+}

@@ -116,7 +116,14 @@ impl TestOutcome {
         }
         let panic = self.own_panic()?;
         let mut lines = panic.message.lines();
-        let mut headline = shorten(lines.next()?.trim(), width);
+        let first = lines.next()?.trim();
+        // The default hook prints a non-string payload (`panic_any(42)`) as its type name.
+        if first == "Box<dyn Any>" {
+            return Some(
+                "panic 的值不是字符串（例如 panic_any(42)），没有可显示的消息".to_string(),
+            );
+        }
+        let mut headline = shorten(first, width);
         for line in lines {
             let trimmed = line.trim_start();
             if trimmed.starts_with("left:") || trimmed.starts_with("right:") {
@@ -387,6 +394,18 @@ test result: FAILED. 1 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out\n
                 .starts_with("超时（30 秒）：queue::a 没有结束"),
             "{:?}",
             hung.headline(80)
+        );
+    }
+
+    #[test]
+    fn a_non_string_panic_is_explained_not_shown_as_a_type_name() {
+        let run = parse_test_run(
+            "test g::a ... FAILED\n\nfailures:\n\n---- g::a stdout ----\n\
+thread 'g::a' (9) panicked at tests/x.rs:1:1:\nBox<dyn Any>\n",
+        );
+        assert_eq!(
+            run[0].headline(80).as_deref(),
+            Some("panic 的值不是字符串（例如 panic_any(42)），没有可显示的消息")
         );
     }
 

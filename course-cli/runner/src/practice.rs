@@ -299,8 +299,13 @@ fn restore_tests(root: &Path, stamp: &Stamp) -> Result<Exit, Refusal> {
                 pristine.display()
             ));
         };
-        std::fs::write(root.join(file), bytes)
-            .map_err(|e| Refusal(format!("写回 {file} 失败（{e}）")))?;
+        let target = root.join(file);
+        // The tests folder itself may be gone; restoring recreates it.
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Refusal(format!("重建 {} 失败（{e}）", parent.display())))?;
+        }
+        std::fs::write(&target, bytes).map_err(|e| Refusal(format!("写回 {file} 失败（{e}）")))?;
         say(&format!("已恢复 {file}"));
     }
     Ok(Exit::Green)
