@@ -28,6 +28,9 @@ const HELP: &str = "\
   cargo xtask restore-tests                把注入的测试恢复成原样（不动你的代码）
   cargo xtask --help                       显示本说明
 
+判定只看 libtest 的判定日志和测试进程的退出方式，不看你的代码打印了什么；测试 30 秒内没有结束算超时
+（环境变量 COURSE_TEST_TIMEOUT 可以改成别的秒数）。
+
 退出码：0 全部通过；1 有测试组是红的或代码编译失败；2 用法错误；3 注入的测试被改动过。";
 
 /// What the learner asked for.
