@@ -1,12 +1,22 @@
-//! The one place that starts cargo for a chapter's tests.
+//! The one place that starts cargo for a chapter's tests, and the one judging path: every
+//! verdict `test`, `watch` and `verify` show is computed by [`CargoRunner::run_chapter`].
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use crate::judge::GroupReport;
-use crate::libtest::{parse_test_list, parse_test_run, TestOutcome};
+use crate::libtest::{failure_output, parse_log, parse_test_list, TestOutcome, Verdict};
+use crate::process::{run_bounded, Cancel, Ending, Finished, Status};
 use crate::spec::{ChapterTests, GroupSpec, LEARNER_PACKAGE};
+
+/// How long a test binary may run without a single test finishing before its process group
+/// is killed. Generous: the slowest acceptance test takes well under a second.
+pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(30);
+/// Overrides [`DEFAULT_TIME_LIMIT`], in whole seconds (a slow machine; the engine's own tests).
+pub const TIME_LIMIT_ENV: &str = "COURSE_TEST_TIMEOUT";
 
 /// Why the groups could not be judged at all.
 #[derive(Debug)]
@@ -16,6 +26,12 @@ pub enum RunError {
     /// The test target did not build. Holds cargo's diagnostics, or nothing when cargo already
     /// printed them to the terminal.
     Build(String),
+    /// The run was cancelled (watch mode: the learner saved again).
+    Cancelled,
+    /// libtest refused `--logfile` (deprecated by rust-lang/rust#134283, still honoured in
+    /// 1.95): without its verdict log nothing can be judged, so this is said instead of
+    /// blaming every test.
+    NoVerdictLog,
     /// The requested group is not one of the chapter's.
     UnknownGroup {
         chapter: String,
@@ -36,6 +52,11 @@ impl fmt::Display for RunError {
             RunError::Build(diagnostics) => {
                 write!(f, "测试目标编译失败，先修复下面的编译错误：\n{diagnostics}")
             }
+            RunError::Cancelled => write!(f, "本次运行已取消"),
+            RunError::NoVerdictLog => write!(
+                f,
+                "这个 Rust 版本的测试框架不再接受 --logfile，无法得到可信的判定；请更新课程工具（practice）"
+            ),
             RunError::UnknownGroup {
                 chapter,
                 group,
@@ -60,6 +81,10 @@ pub struct CargoRunner {
     pub target_dir: Option<PathBuf>,
     /// Let cargo print its build progress to the terminal before the verdict.
     pub show_build: bool,
+    /// How long a test binary may go without finishing a test.
+    pub time_limit: Duration,
+    /// Raised by another thread to abandon the running tests.
+    pub cancel: Option<Cancel>,
 }
 
 impl CargoRunner {
@@ -68,6 +93,8 @@ impl CargoRunner {
             workspace,
             target_dir: None,
             show_build: false,
+            time_limit: time_limit_from_env(),
+            cancel: None,
         }
     }
 
@@ -116,9 +143,7 @@ impl CargoRunner {
             [single] => Some(single.prefix()),
             _ => None,
         };
-        let mut outcomes = self.run_built(&executable, filter.as_deref())?;
-        // libtest reports in completion order; sorted, "the first failure" is the same every run.
-        outcomes.sort_by(|left, right| left.name.cmp(&right.name));
+        let outcomes = self.run_built(&executable, filter.as_deref(), &listed)?;
         Ok(groups
             .into_iter()
             .map(|spec| {
@@ -190,17 +215,65 @@ impl CargoRunner {
         Ok(parse_test_list(&String::from_utf8_lossy(&output.stdout)))
     }
 
+    /// Runs the listed tests `filter` selects and returns their outcomes in name order.
+    ///
+    /// A verdict counts only when libtest logged it and the process then ended the way a
+    /// finished run ends (exit 0 with no failure, 101 with one). When the whole run did not end
+    /// that way — a crash, a timeout — every selected test runs again on its own, so the one
+    /// that crashed or hung is found and named; when it did but some test has no verdict (the
+    /// code called `process::exit(0)`), those tests run again on their own.
     fn run_built(
         &self,
         executable: &Path,
         filter: Option<&str>,
+        listed: &[String],
     ) -> Result<Vec<TestOutcome>, RunError> {
+        let mut selected: Vec<&String> = listed
+            .iter()
+            .filter(|name| filter.is_none_or(|filter| name.contains(filter)))
+            .collect();
+        selected.sort();
+        let whole = self.run_logged(executable, filter.into_iter().collect())?;
+        let clean = whole.ended_cleanly();
+        selected
+            .into_iter()
+            .map(|name| match whole.verdicts.get(name) {
+                Some(&verdict) if clean => Ok(whole.outcome(name, verdict)),
+                _ => self.run_alone(executable, name),
+            })
+            .collect()
+    }
+
+    /// One test on its own: its logged verdict, or why it has none.
+    fn run_alone(&self, executable: &Path, name: &str) -> Result<TestOutcome, RunError> {
+        let run = self.run_logged(executable, vec![name, "--exact"])?;
+        let verdict = match (run.verdicts.get(name), run.finished.ending) {
+            (Some(&verdict), _) if run.ended_cleanly() => verdict,
+            (_, Ending::TimedOut) => Verdict::TimedOut(self.time_limit.as_secs()),
+            (_, Ending::Exited(status)) => Verdict::Crashed(status),
+            (_, Ending::Cancelled) => return Err(RunError::Cancelled),
+        };
+        Ok(run.outcome(name, verdict))
+    }
+
+    /// Runs the binary with `args`, libtest writing its verdicts to a fresh log file.
+    fn run_logged(&self, executable: &Path, args: Vec<&str>) -> Result<LoggedRun, RunError> {
+        let log = LogFile::create().map_err(RunError::Spawn)?;
         let mut command = self.test_binary(executable);
-        if let Some(filter) = filter {
-            command.arg(filter);
+        command.args(args).arg("--logfile").arg(&log.0);
+        let finished = run_bounded(command, &log.0, self.time_limit, self.cancel.as_ref())
+            .map_err(RunError::Spawn)?;
+        if finished.ending == Ending::Cancelled {
+            return Err(RunError::Cancelled);
         }
-        let output = command.output().map_err(RunError::Spawn)?;
-        Ok(parse_test_run(&String::from_utf8_lossy(&output.stdout)))
+        if finished.stderr.contains("Unrecognized option: 'logfile'") {
+            return Err(RunError::NoVerdictLog);
+        }
+        Ok(LoggedRun {
+            verdicts: parse_log(&std::fs::read_to_string(&log.0).unwrap_or_default()),
+            captured: failure_output(&finished.stdout),
+            finished,
+        })
     }
 
     /// Builds the target and runs it (optionally filtered), parsing every test's outcome.
@@ -210,7 +283,79 @@ impl CargoRunner {
         filter: Option<&str>,
     ) -> Result<Vec<TestOutcome>, RunError> {
         let executable = self.build(target)?;
-        self.run_built(&executable, filter)
+        let listed = self.list_built(&executable)?;
+        self.run_built(&executable, filter, &listed)
+    }
+}
+
+/// The time limit: [`TIME_LIMIT_ENV`] when it holds a positive whole number, else the default.
+fn time_limit_from_env() -> Duration {
+    std::env::var(TIME_LIMIT_ENV)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .filter(|seconds| *seconds > 0)
+        .map_or(DEFAULT_TIME_LIMIT, Duration::from_secs)
+}
+
+/// One run of a test binary: what libtest logged and how the process ended.
+struct LoggedRun {
+    verdicts: BTreeMap<String, Verdict>,
+    /// Captured output of failed tests, from stdout: explanations only.
+    captured: BTreeMap<String, String>,
+    finished: Finished,
+}
+
+impl LoggedRun {
+    /// Ended the way a finished libtest run ends: status 0 with no failure logged, 101 with one.
+    fn ended_cleanly(&self) -> bool {
+        let failed = self.verdicts.values().any(|v| *v == Verdict::Failed);
+        matches!(
+            (self.finished.ending, failed),
+            (Ending::Exited(Status::Code(0)), false) | (Ending::Exited(Status::Code(101)), true)
+        )
+    }
+
+    fn outcome(&self, name: &str, verdict: Verdict) -> TestOutcome {
+        let output = match verdict {
+            Verdict::Failed => self.captured.get(name).cloned().unwrap_or_default(),
+            Verdict::Crashed(_) | Verdict::TimedOut(_) => self.finished.stderr.clone(),
+            Verdict::Passed | Verdict::Ignored => String::new(),
+        };
+        TestOutcome {
+            name: name.to_string(),
+            verdict,
+            output,
+        }
+    }
+}
+
+/// A verdict log in the temp directory, reserved under a fresh name and removed when dropped.
+struct LogFile(PathBuf);
+
+impl LogFile {
+    fn create() -> std::io::Result<Self> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir();
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("course-verdicts-{}-{n}.log", std::process::id()));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(_) => return Ok(LogFile(path)),
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 

@@ -28,9 +28,15 @@ impl GroupReport {
     }
 
     pub fn failures(&self) -> impl Iterator<Item = &TestOutcome> {
-        self.outcomes
-            .iter()
-            .filter(|o| o.verdict == Verdict::Failed)
+        self.outcomes.iter().filter(|o| o.verdict.is_failure())
+    }
+
+    /// The failure to show first: a crash or timeout (it explains the other reds of its run),
+    /// else the first failing test by name.
+    pub fn first_failure(&self) -> Option<&TestOutcome> {
+        self.failures()
+            .find(|o| o.reason().is_some())
+            .or_else(|| self.failures().next())
     }
 
     /// A filtered `cargo test` exits 0 on no match, so the count is checked on its own.
@@ -51,18 +57,21 @@ impl GroupReport {
         self.count_matches()
             && self.passed() == 0
             && self.ignored() == 0
-            && self
-                .failures()
-                .all(|outcome| outcome.first_lab_stub().map(|(hit, _)| hit) == Some(lab))
+            && self.failures().all(|outcome| {
+                outcome.verdict == Verdict::Failed
+                    && outcome.first_lab_stub().map(|(hit, _)| hit) == Some(lab)
+            })
     }
 
     /// The marker each failing test hit first, for reports (`Lab 6.2` where `Lab 6.3` was due).
     pub fn markers_hit(&self) -> Vec<String> {
         let mut markers: Vec<String> = self
             .failures()
-            .map(|o| match o.first_lab_stub() {
-                Some((lab, _)) => lab.marker(),
-                None => "断言失败".to_string(),
+            .map(|o| match (o.verdict, o.first_lab_stub()) {
+                (Verdict::Crashed(_), _) => "进程中途退出".to_string(),
+                (Verdict::TimedOut(_), _) => "超时".to_string(),
+                (_, Some((lab, _))) => lab.marker(),
+                (_, None) => "断言失败".to_string(),
             })
             .collect();
         markers.dedup();
@@ -90,11 +99,17 @@ impl GroupReport {
                 self.selected,
                 self.spec.tests
             ));
-        } else if let Some(first) = self.failures().next() {
+        } else if let Some(first) = self.first_failure() {
             let headline = first
                 .headline(HEADLINE_WIDTH)
                 .unwrap_or_else(|| "没有找到 panic 信息，见完整输出".to_string());
             line.push_str(&format!("\n      首个失败 {}：{headline}", first.name));
+            // Every other crash or timeout gets its own line: each names a test to look at.
+            for other in self.failures().filter(|o| o.name != first.name) {
+                if let Some(reason) = other.reason() {
+                    line.push_str(&format!("\n      {reason}"));
+                }
+            }
         }
         if self.ignored() > 0 {
             line.push_str(&format!(

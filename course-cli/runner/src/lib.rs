@@ -5,7 +5,7 @@
 //! and runs [`practice::main`] as its `cargo xtask`. What a learner's `cargo xtask test 06`
 //! reports is therefore computed by exactly the code instructors verify with.
 //!
-//! Depends on std and serde_json only (see `Cargo.toml`).
+//! Depends on std, serde_json and libc only (see `Cargo.toml`).
 
 pub mod cargo;
 pub mod exit;
@@ -13,6 +13,7 @@ pub mod id;
 pub mod judge;
 pub mod libtest;
 pub mod practice;
+pub mod process;
 pub mod spec;
 
 pub use cargo::{CargoRunner, RunError};

@@ -1,8 +1,14 @@
-//! Reading libtest's output: the test list and the human run format.
+//! Reading libtest: the test list, the verdict log and the human run format.
+//!
+//! Verdicts come from the log libtest writes with `--logfile` (one `ok|failed|ignored name`
+//! line per finished test), a file the code under test does not write to. The human output on
+//! stdout is shared with that code — anything it prints lands between libtest's lines — so it
+//! only ever supplies explanations: the captured output and panic of a failed test.
 
 use std::collections::BTreeMap;
 
 use crate::id::LabId;
+use crate::process::Status;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -10,6 +16,17 @@ pub enum Verdict {
     Failed,
     /// Marked `#[ignore]`: it did not run, so it proves nothing.
     Ignored,
+    /// The test process ended while this test ran, before libtest logged its verdict.
+    Crashed(Status),
+    /// No verdict within the time limit, this many seconds; its process group was killed.
+    TimedOut(u64),
+}
+
+impl Verdict {
+    /// Ran and did not pass: an assertion, a crash or a timeout.
+    pub fn is_failure(self) -> bool {
+        !matches!(self, Verdict::Passed | Verdict::Ignored)
+    }
 }
 
 /// One panic found in a test's captured output.
@@ -26,7 +43,7 @@ pub struct Panic {
 pub struct TestOutcome {
     pub name: String,
     pub verdict: Verdict,
-    /// Captured output of a failed test.
+    /// Captured output of a failed test; for a crash, what the process wrote to stderr last.
     pub output: String,
 }
 
@@ -64,15 +81,49 @@ impl TestOutcome {
         })
     }
 
-    /// What a learner should read first: the Lab stub they hit, or else the test's own
-    /// failure — its first line plus `left`/`right`, each shortened to `width` characters.
+    /// Why a test with no verdict of its own is red: one line naming the test and the cause.
+    pub fn reason(&self) -> Option<String> {
+        let name = &self.name;
+        match self.verdict {
+            Verdict::Crashed(status) => {
+                let ended = status.describe();
+                Some(match status {
+                    Status::Code(_) => format!(
+                        "测试进程在 {name} 中途退出（{ended}）：被测代码不能调用 process::exit"
+                    ),
+                    Status::Signal(_) if self.output.contains("has overflowed its stack") => {
+                        format!("测试进程在 {name} 中途退出（栈溢出，{ended}）")
+                    }
+                    Status::Signal(_) => format!("测试进程在 {name} 中途退出（{ended}）"),
+                })
+            }
+            Verdict::TimedOut(seconds) => Some(format!(
+                "超时（{seconds} 秒）：{name} 没有结束，可能是死循环，或在等一个永远不来的事件"
+            )),
+            Verdict::Passed | Verdict::Failed | Verdict::Ignored => None,
+        }
+    }
+
+    /// What a learner should read first: why the process died or hung, the Lab stub they hit,
+    /// or else the test's own failure — its first line plus `left`/`right`, each shortened to
+    /// `width` characters.
     pub fn headline(&self, width: usize) -> Option<String> {
+        if let Some(reason) = self.reason() {
+            return Some(reason);
+        }
         if let Some((_, line)) = self.first_lab_stub() {
             return Some(line);
         }
         let panic = self.own_panic()?;
         let mut lines = panic.message.lines();
-        let mut headline = shorten(lines.next()?.trim(), width);
+        let first = lines.next()?.trim();
+        // The default hook prints a non-string payload (`panic_any(42)`) as its type name.
+        if first == "Box<dyn Any>" {
+            return Some(
+                "panic 的值不是字符串（例如 panic_any(42)），没有可显示的消息".to_string(),
+            );
+        }
+        let mut headline = shorten(first, width);
         for line in lines {
             let trimmed = line.trim_start();
             if trimmed.starts_with("left:") || trimmed.starts_with("right:") {
@@ -103,7 +154,30 @@ pub fn parse_test_list(stdout: &str) -> Vec<String> {
         .collect()
 }
 
-/// Result lines plus the captured output of failures.
+/// The verdict log of `--logfile`: `ok name`, `failed name`, `ignored name`, one per line.
+/// A torn last line (the process died mid-write) or any other text is not a verdict.
+pub fn parse_log(log: &str) -> BTreeMap<String, Verdict> {
+    log.lines()
+        .filter_map(|line| {
+            let (word, name) = line.split_once(' ')?;
+            let verdict = match word {
+                "ok" => Verdict::Passed,
+                "failed" => Verdict::Failed,
+                "ignored" => Verdict::Ignored,
+                _ => return None,
+            };
+            Some((name.to_string(), verdict))
+        })
+        .collect()
+}
+
+/// The captured output of each failed test, from libtest's human run output.
+pub fn failure_output(stdout: &str) -> BTreeMap<String, String> {
+    parse_failure_sections(stdout)
+}
+
+/// Result lines plus the captured output of failures. Only for output the course's own
+/// code produced (the added packages' tests in verify); learners' runs are judged from the log.
 pub fn parse_test_run(stdout: &str) -> Vec<TestOutcome> {
     let mut outcomes: Vec<TestOutcome> = stdout
         .lines()
@@ -269,6 +343,70 @@ test result: FAILED. 1 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out\n
         );
         let short = outcome.headline(12).unwrap();
         assert!(short.starts_with("assertion `…"), "{short}");
+    }
+
+    #[test]
+    fn the_log_gives_verdicts_and_ignores_anything_else() {
+        let log =
+            parse_log("ok queue::a\nfailed queue::b\nignored queue::c\ntest queue::d ... ok\nok");
+        assert_eq!(
+            log.into_iter().collect::<Vec<_>>(),
+            [
+                ("queue::a".to_string(), Verdict::Passed),
+                ("queue::b".to_string(), Verdict::Failed),
+                ("queue::c".to_string(), Verdict::Ignored),
+            ],
+            "只有日志里 ok/failed/ignored 开头的完整行才算判定"
+        );
+    }
+
+    #[test]
+    fn a_crash_or_timeout_names_its_test_and_cause() {
+        let crashed = |status, output: &str| TestOutcome {
+            name: "queue::a".into(),
+            verdict: Verdict::Crashed(status),
+            output: output.into(),
+        };
+        assert_eq!(
+            crashed(Status::Code(0), "").headline(80).as_deref(),
+            Some("测试进程在 queue::a 中途退出（退出码 0）：被测代码不能调用 process::exit")
+        );
+        let overflow = crashed(
+            Status::Signal(libc::SIGABRT),
+            "\nthread 'queue::a' has overflowed its stack\nfatal runtime error: stack overflow\n",
+        );
+        assert!(
+            overflow
+                .headline(80)
+                .unwrap()
+                .contains("（栈溢出，信号 SIGABRT）"),
+            "栈溢出要说出来：{:?}",
+            overflow.headline(80)
+        );
+        let hung = TestOutcome {
+            name: "queue::a".into(),
+            verdict: Verdict::TimedOut(30),
+            output: String::new(),
+        };
+        assert!(
+            hung.headline(80)
+                .unwrap()
+                .starts_with("超时（30 秒）：queue::a 没有结束"),
+            "{:?}",
+            hung.headline(80)
+        );
+    }
+
+    #[test]
+    fn a_non_string_panic_is_explained_not_shown_as_a_type_name() {
+        let run = parse_test_run(
+            "test g::a ... FAILED\n\nfailures:\n\n---- g::a stdout ----\n\
+thread 'g::a' (9) panicked at tests/x.rs:1:1:\nBox<dyn Any>\n",
+        );
+        assert_eq!(
+            run[0].headline(80).as_deref(),
+            Some("panic 的值不是字符串（例如 panic_any(42)），没有可显示的消息")
+        );
     }
 
     #[test]

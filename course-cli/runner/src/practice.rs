@@ -7,9 +7,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::cargo::CargoRunner;
+use crate::cargo::{CargoRunner, RunError};
 use crate::exit::Exit;
 use crate::id::ChapterId;
+use crate::process::{die_with_parent, Cancel};
 use crate::spec::{content_hash, ChapterTests, Stamp, LEARNER_PACKAGE, STAMP_FILE, STAMP_FORMAT};
 
 /// Pristine copies of the injected tests, so `restore-tests` needs no network and no course repo.
@@ -26,6 +27,9 @@ const HELP: &str = "\
   cargo xtask watch [章节]                 保存文件后自动重跑当前 Lab 的测试组，通过后进入下一个
   cargo xtask restore-tests                把注入的测试恢复成原样（不动你的代码）
   cargo xtask --help                       显示本说明
+
+判定只看 libtest 的判定日志和测试进程的退出方式，不看你的代码打印了什么；测试 30 秒内没有结束算超时
+（环境变量 COURSE_TEST_TIMEOUT 可以改成别的秒数）。
 
 退出码：0 全部通过；1 有测试组是红的或代码编译失败；2 用法错误；3 注入的测试被改动过。";
 
@@ -189,21 +193,7 @@ fn run(request: Request) -> Result<Exit, Refusal> {
                     ));
                 }
             }
-            let edited = stamp.edited_injected_files(&root);
-            if !edited.is_empty() {
-                for file in &edited {
-                    let _ = writeln!(
-                        io::stderr(),
-                        "注入的测试 {file} 与原样不同，本次结果不可信，不给出判定。"
-                    );
-                }
-                let _ = writeln!(
-                    io::stderr(),
-                    "运行 cargo xtask restore-tests 恢复原测试（只改测试文件，不动你的代码），再重新运行。"
-                );
-                return Ok(Exit::Tampered);
-            }
-            Ok(test_chapter(&root, tests, group.as_deref(), Exit::Red))
+            Ok(judge_chapter(&root, &stamp, tests, group.as_deref(), None).unwrap_or(Exit::Red))
         }
     }
 }
@@ -213,21 +203,42 @@ fn say(text: &str) {
     let _ = writeln!(io::stdout(), "{text}");
 }
 
-/// Runs and prints the chapter's groups (or one); `on_build_error` is the verdict when the
-/// code does not compile.
-pub fn test_chapter(
+/// The run was abandoned before a verdict (watch mode: the learner saved again).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Cancelled;
+
+/// The one judging path of `cargo xtask test` and `watch`: the integrity check, then the
+/// chapter's groups (or one), each printed as `k/n`. `全部通过。` only for a whole green chapter.
+pub fn judge_chapter(
     root: &Path,
+    stamp: &Stamp,
     tests: &ChapterTests,
     group: Option<&str>,
-    on_build_error: Exit,
-) -> Exit {
+    cancel: Option<Cancel>,
+) -> Result<Exit, Cancelled> {
+    let edited = stamp.edited_injected_files(root);
+    if !edited.is_empty() {
+        for file in &edited {
+            let _ = writeln!(
+                io::stderr(),
+                "注入的测试 {file} 与原样不同，本次结果不可信，不给出判定。"
+            );
+        }
+        let _ = writeln!(
+            io::stderr(),
+            "运行 cargo xtask restore-tests 恢复原测试（只改测试文件，不动你的代码），再重新运行。"
+        );
+        return Ok(Exit::Tampered);
+    }
     let mut runner = CargoRunner::new(root.to_path_buf());
     runner.show_build = true;
+    runner.cancel = cancel;
     let reports = match runner.run_chapter(tests, group) {
         Ok(reports) => reports,
+        Err(RunError::Cancelled) => return Err(Cancelled),
         Err(error) => {
             let _ = writeln!(io::stderr(), "错误：{error}");
-            return on_build_error;
+            return Ok(Exit::Red);
         }
     };
     say(&format!("第 {} 章：{}", tests.id, tests.title));
@@ -235,30 +246,37 @@ pub fn test_chapter(
         say(&format!("  {}", report.summary_line()));
     }
     let green = reports.iter().all(|report| report.is_green());
-    if green {
-        say("全部通过。");
-    } else if let Some(red) = reports.iter().find(|report| !report.is_green()) {
-        say(&format!(
+    match reports.iter().find(|report| !report.is_green()) {
+        None if group.is_some() => say(&format!(
+            "这一组通过了（只运行了这一组；整章请运行 cargo xtask test {}）。",
+            tests.id
+        )),
+        None => say("全部通过。"),
+        Some(red) => say(&format!(
             "完整输出：cargo test -p {LEARNER_PACKAGE} --test {} -- {}",
             tests.target,
             red.spec.prefix()
-        ));
+        )),
     }
-    Exit::from_green(green)
+    Ok(Exit::from_green(green))
 }
 
 /// Hands over to the `course-watch` package, built only now: the file watcher never slows
 /// down `cargo xtask test`.
 fn watch(root: &Path, args: &[String]) -> Result<Exit, Refusal> {
-    let status = CargoRunner::new(root.to_path_buf())
-        .command("run")
+    let mut command = CargoRunner::new(root.to_path_buf()).command("run");
+    command
         .args(["--quiet", "-p", "course-watch", "--"])
-        .args(args)
+        .args(args);
+    // Killing `cargo xtask` (an editor, an agent harness) must end watch and its tests too.
+    die_with_parent(&mut command);
+    let status = command
         .status()
         .map_err(|e| Refusal(format!("无法启动 cargo（{e}）")))?;
     Ok(match status.code() {
         Some(0) => Exit::Green,
         Some(2) => Exit::Usage,
+        Some(3) => Exit::Tampered,
         _ => Exit::Red,
     })
 }
@@ -284,8 +302,13 @@ fn restore_tests(root: &Path, stamp: &Stamp) -> Result<Exit, Refusal> {
                 pristine.display()
             ));
         };
-        std::fs::write(root.join(file), bytes)
-            .map_err(|e| Refusal(format!("写回 {file} 失败（{e}）")))?;
+        let target = root.join(file);
+        // The tests folder itself may be gone; restoring recreates it.
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Refusal(format!("重建 {} 失败（{e}）", parent.display())))?;
+        }
+        std::fs::write(&target, bytes).map_err(|e| Refusal(format!("写回 {file} 失败（{e}）")))?;
         say(&format!("已恢复 {file}"));
     }
     Ok(Exit::Green)

@@ -1,18 +1,23 @@
 //! `cargo xtask watch [NN]` in a practice workspace: runs the current Lab's group, then again
 //! after every save under `pi-course/src/`, and moves on to the next Lab when one turns green.
 //!
-//! One run at a time: saves made during a run are not lost and do not interrupt it; they queue
-//! exactly one more run. Saves in quick succession are debounced into one.
+//! Every verdict comes from the same judging path as `cargo xtask test` (integrity check
+//! included: edited tests end watch with exit 3). One run at a time: a save while the tests
+//! run — hung or not — cancels that run (its process group is killed) and starts a new one;
+//! a save during the build queues one more run. Saves in quick succession are debounced.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use notify::{EventKind, RecursiveMode, Watcher};
 
-use course_runner::practice::{self, Refusal};
+use course_runner::practice::{self, Cancelled, Refusal};
+use course_runner::process::Cancel;
 use course_runner::{ChapterId, ChapterTests, Exit};
 
 /// Saves closer together than this are one change (editors write files in several steps).
@@ -53,12 +58,15 @@ fn run() -> Result<Exit, Refusal> {
         .clone();
 
     let (sender, saves) = mpsc::channel();
+    let cancel: Cancel = Arc::new(AtomicBool::new(false));
+    let saved = cancel.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event {
             if matches!(
                 event.kind,
                 EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)
             ) {
+                saved.store(true, Ordering::SeqCst);
                 let _ = sender.send(());
             }
         }
@@ -73,14 +81,38 @@ fn run() -> Result<Exit, Refusal> {
         "监视 {}：保存文件后自动运行当前 Lab 的测试组；按 Ctrl-C 退出。",
         sources.display()
     ));
-    let mut current = first_open_group(&root, &tests);
+    // Edited tests: no silent run first; the judging path below refuses at once.
+    let mut current = if stamp.edited_injected_files(&root).is_empty() {
+        first_open_group(&root, &tests, &cancel)
+    } else {
+        None
+    };
     loop {
         let group = current.clone();
-        let verdict = practice::test_chapter(&root, &tests, group.as_deref(), Exit::Red);
+        // Saves so far are part of this run; a later one cancels it.
+        cancel.store(false, Ordering::SeqCst);
+        while saves.try_recv().is_ok() {}
+        let verdict = match practice::judge_chapter(
+            &root,
+            &stamp,
+            &tests,
+            group.as_deref(),
+            Some(cancel.clone()),
+        ) {
+            Ok(verdict) => verdict,
+            Err(Cancelled) => {
+                say("检测到新的保存：停止这次运行，重新开始。");
+                settle(&saves)?;
+                continue;
+            }
+        };
+        if verdict == Exit::Tampered {
+            return Ok(Exit::Tampered);
+        }
         if verdict == Exit::Green {
             match group.as_deref().and_then(|name| next_group(&tests, name)) {
                 Some(next) => {
-                    say(&format!("✓ 这一组通过了。下一个：--group {next}"));
+                    say(&format!("✓ 下一个：--group {next}"));
                     current = Some(next);
                     continue;
                 }
@@ -97,14 +129,21 @@ fn run() -> Result<Exit, Refusal> {
 }
 
 /// The first group of the chapter that is not green yet, or `None` when all are.
-fn first_open_group(root: &Path, tests: &ChapterTests) -> Option<String> {
-    let runner = course_runner::CargoRunner::new(root.to_path_buf());
+/// Only picks where to start; the verdicts shown come from the judging path that follows.
+fn first_open_group(root: &Path, tests: &ChapterTests, cancel: &Cancel) -> Option<String> {
+    let mut runner = course_runner::CargoRunner::new(root.to_path_buf());
+    runner.cancel = Some(cancel.clone());
     match runner.run_chapter(tests, None) {
+        Err(course_runner::RunError::Cancelled) => {
+            say("检测到新的保存：停止这次运行，重新开始。");
+            tests.groups.first().map(|group| group.name.clone())
+        }
         Ok(reports) => reports
             .iter()
             .find(|report| !report.is_green())
             .map(|report| report.spec.name.clone()),
-        // Does not compile yet: start at the first group, whose run will show the errors.
+        // Does not compile yet (or a save interrupted): start at the first group, whose run
+        // shows the errors.
         Err(_) => tests.groups.first().map(|group| group.name.clone()),
     }
 }
@@ -123,6 +162,11 @@ fn wait_for_save(saves: &Receiver<()>) -> Result<(), Refusal> {
     saves
         .recv()
         .map_err(|_| Refusal("文件监视意外停止".to_string()))?;
+    settle(saves)
+}
+
+/// Swallows a burst of saves: returns once none came for [`DEBOUNCE`].
+fn settle(saves: &Receiver<()>) -> Result<(), Refusal> {
     loop {
         match saves.recv_timeout(DEBOUNCE) {
             Ok(()) => continue,
