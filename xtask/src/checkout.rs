@@ -122,9 +122,10 @@ impl Course {
 
     /// [`Course::materialize`] in one of several independent scratch pairs, so that states
     /// can be judged side by side (the mistake catalogue). Lane 0 is the main pair; lane k
-    /// is `target/course/workspace-k` with its own target dir `build-k`, seeded on first use
-    /// with a copy of `build`: the workspace has the same layout, so cargo's path-relative
-    /// hashes find the compiled dependencies and only the course's own crates rebuild.
+    /// is `target/course/workspace-k` with its own target dir `build-k`, seeded by
+    /// [`Course::seed_lanes`] with a copy of `build`: the workspace has the same layout, so
+    /// cargo's path-relative hashes find the compiled dependencies and only the course's own
+    /// crates rebuild.
     pub fn materialize_in(
         &self,
         lane: Lane,
@@ -135,13 +136,11 @@ impl Course {
         let (dir, build) = if lane == Lane::MAIN {
             (scratch.join("workspace"), scratch.join("build"))
         } else {
-            let build = scratch.join(format!("build-{}", lane.0));
-            if !build.exists() {
-                seed_build_dir(&scratch.join("build"), &build).map_err(|error| {
-                    Failure(format!("复制构建目录到 {} 失败：{error}", build.display()))
-                })?;
-            }
-            (scratch.join(format!("workspace-{}", lane.0)), build)
+            // Seeded by `seed_lanes`; unseeded, cargo simply builds the lane from scratch.
+            (
+                scratch.join(format!("workspace-{}", lane.0)),
+                scratch.join(format!("build-{}", lane.0)),
+            )
         };
         sync_scratch_dir(snapshot, &dir).map_err(|error| {
             Failure(format!(
@@ -152,6 +151,24 @@ impl Course {
         let mut runner = CargoRunner::new(dir);
         runner.target_dir = Some(build);
         Ok(runner)
+    }
+}
+
+impl Course {
+    /// Gives lanes 1..`lanes` their target dirs. Call it while no cargo runs in lane 0: the
+    /// copy reads `build`, and a build writing there at the same time could hand it a file
+    /// that is gone by the time it is copied.
+    pub fn seed_lanes(&self, lanes: usize) -> Result<(), Failure> {
+        let scratch = self.claim_scratch()?;
+        for lane in 1..lanes {
+            let build = scratch.join(format!("build-{lane}"));
+            if !build.exists() {
+                seed_build_dir(&scratch.join("build"), &build).map_err(|error| {
+                    Failure(format!("复制构建目录到 {} 失败：{error}", build.display()))
+                })?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -456,6 +456,8 @@ impl Verifier<'_> {
         let tests = chapter.tests();
         let next = AtomicUsize::new(0);
         let lanes = Lane::count().min(chapter.mistakes.len()).max(1);
+        // Seeded here, before any lane builds, never while lane 0 writes `build`.
+        self.course.seed_lanes(lanes)?;
         let (sender, receiver) = mpsc::channel::<(usize, Result<MistakeRow, Failure>)>();
         std::thread::scope(|scope| {
             for lane in 0..lanes {
