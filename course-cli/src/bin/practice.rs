@@ -210,7 +210,10 @@ fn print_summary(chapter: &Chapter, dir: &std::path::Path) -> Result<(), Stop> {
         }
         _ => "cargo run -p pi-course --example prologue".to_string(),
     };
-    say(&format!("  第一步：cd {} && {first}", shown(dir)))?;
+    // The exact path, quoted, so the line works when pasted; the escaped one if no shell line
+    // can carry it.
+    let cd = write::shell_quoted(dir).unwrap_or_else(|| shown(dir));
+    say(&format!("  第一步：cd {cd} && {first}"))?;
     say(&format!(
         "  完整说明见 {}",
         shown(&dir.join(learning::FILE_NAME))
