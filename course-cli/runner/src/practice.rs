@@ -234,7 +234,12 @@ pub fn judge_chapter(
     runner.show_build = true;
     runner.cancel = cancel;
     let reports = match runner.run_chapter(tests, group) {
-        Ok(reports) => reports,
+        Ok(reports) => {
+            // The build succeeded: its registry dependencies can spare the next workspace a
+            // cold build.
+            crate::deps_cache::fill_after_build(&runner);
+            reports
+        }
         Err(RunError::Cancelled) => return Err(Cancelled),
         Err(error) => {
             let _ = writeln!(io::stderr(), "错误：{error}");

@@ -173,7 +173,12 @@ fn run(cli: Cli, interrupt: &Interrupt) -> Result<(), Stop> {
             code,
         }
     })?;
-    print_summary(chapter, &written)
+    let seeded = course_cli::runner::deps_cache::seed(&written);
+    print_summary(chapter, &written)?;
+    if seeded {
+        say("  依赖：已从本机的依赖缓存复制编译好的第三方依赖，第一次构建只编译你的代码")?;
+    }
+    Ok(())
 }
 
 fn print_list(catalog: &Catalog) -> Result<(), Stop> {
