@@ -202,13 +202,15 @@ impl RawChapter {
                 let index = u8::try_from(index + 1).map_err(|_| CatalogError::TooManyLabs(id))?;
                 let timeout = match &raw.timeout {
                     None => None,
-                    Some(value) => Some(group_timeout(value).ok_or_else(|| {
-                        CatalogError::BadTimeout {
-                            chapter: id,
-                            group: raw.group.clone(),
-                            found: shown_value(value),
-                        }
-                    })?),
+                    Some(value) => {
+                        Some(
+                            group_timeout(value).ok_or_else(|| CatalogError::BadTimeout {
+                                chapter: id,
+                                group: raw.group.clone(),
+                                found: shown_value(value),
+                            })?,
+                        )
+                    }
                 };
                 Ok(GroupSpec {
                     name: raw.group,

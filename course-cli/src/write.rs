@@ -85,7 +85,9 @@ pub fn shell_quoted(path: &Path) -> Option<String> {
     if text.chars().any(char::is_control) {
         return None;
     }
-    shlex::try_quote(text).ok().map(|quoted| quoted.into_owned())
+    shlex::try_quote(text)
+        .ok()
+        .map(|quoted| quoted.into_owned())
 }
 
 /// The OS's reason in Chinese. The OS's own (English) words are kept only for a kind we have

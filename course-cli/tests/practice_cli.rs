@@ -509,7 +509,11 @@ fn the_first_step_line_is_shell_quoted_and_works_when_pasted() {
         .arg(format!("{cd} && pwd -P"))
         .output()
         .unwrap();
-    assert!(pasted.status.success(), "粘贴 `{cd}` 要能用：{}", stderr(&pasted));
+    assert!(
+        pasted.status.success(),
+        "粘贴 `{cd}` 要能用：{}",
+        stderr(&pasted)
+    );
     assert_eq!(
         String::from_utf8_lossy(&pasted.stdout).trim_end(),
         target.canonicalize().unwrap().to_str().unwrap(),
@@ -534,14 +538,20 @@ fn a_very_long_path_is_elided_and_the_reason_is_chinese() {
         "很长的路径只显示头尾：{message}"
     );
     assert!(
-        message.trim_end().ends_with("路径或文件名太长，或含有无效字符"),
+        message
+            .trim_end()
+            .ends_with("路径或文件名太长，或含有无效字符"),
         "拒绝的原因用中文结尾，不接英文的系统原文：{message}"
     );
     assert!(
         !message.contains(STAGING_PREFIX),
         "不显示隐藏的暂存目录：{message}"
     );
-    assert_eq!(entries(scratch.path()), [] as [PathBuf; 0], "创建的父目录都撤掉了");
+    assert_eq!(
+        entries(scratch.path()),
+        [] as [PathBuf; 0],
+        "创建的父目录都撤掉了"
+    );
 }
 
 #[cfg(unix)]

@@ -289,8 +289,8 @@ impl CargoRunner {
         let log = LogFile::create().map_err(RunError::Spawn)?;
         let mut command = self.test_binary(executable);
         command.args(args).arg("--logfile").arg(&log.0);
-        let finished = run_bounded(command, &log.0, limit, self.cancel.as_ref())
-            .map_err(RunError::Spawn)?;
+        let finished =
+            run_bounded(command, &log.0, limit, self.cancel.as_ref()).map_err(RunError::Spawn)?;
         if finished.ending == Ending::Cancelled {
             return Err(RunError::Cancelled);
         }

@@ -90,8 +90,10 @@ pub fn fill(workspace: &Path, target_debug: &Path, own: &BTreeSet<String>) -> io
     let parent = cached.parent().unwrap_or(Path::new("/"));
     fs::create_dir_all(parent)?;
     let staging = tempfile_dir(parent)?;
-    let result = copy_tree(target_debug, &staging.0, &|name| is_registry_entry(name, own))
-        .and_then(|()| fs::rename(&staging.0, &cached));
+    let result = copy_tree(target_debug, &staging.0, &|name| {
+        is_registry_entry(name, own)
+    })
+    .and_then(|()| fs::rename(&staging.0, &cached));
     match result {
         // Another run published the same key first: its copy is as good as ours.
         Err(_) if cached.is_dir() => Ok(()),
@@ -230,7 +232,10 @@ mod tests {
             "proc-macro2-0123456789abcdef",
             "liblibc-0123456789abcdef.rlib",
         ] {
-            assert!(is_registry_entry(registry, &own), "依赖的产物要进缓存：{registry}");
+            assert!(
+                is_registry_entry(registry, &own),
+                "依赖的产物要进缓存：{registry}"
+            );
         }
         for workspace in [
             "libpi_course-0123456789abcdef.rlib",
