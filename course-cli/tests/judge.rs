@@ -39,7 +39,13 @@ fn workspace() -> MutexGuard<'static, Workspace> {
         .get_or_init(|| {
             let scratch = tempfile::tempdir().unwrap();
             let root = scratch.path().join("w");
-            let output = Command::new(BIN).arg("03").arg(&root).output().unwrap();
+            // No dependency cache: this suite builds into its own shared target directory.
+            let output = Command::new(BIN)
+                .arg("03")
+                .arg(&root)
+                .env("PI_COURSE_DEPS_CACHE", scratch.path().join("no-deps-cache"))
+                .output()
+                .unwrap();
             assert!(output.status.success(), "practice 03 writes a workspace");
             let reference = fs::read_to_string(root.join(STREAM)).unwrap();
             Mutex::new(Workspace {

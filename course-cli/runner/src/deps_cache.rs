@@ -104,6 +104,11 @@ pub fn fill(workspace: &Path, target_debug: &Path, own: &BTreeSet<String>) -> io
 /// After a successful build by `runner`, fills the cache from its target directory. Asks
 /// cargo (offline, no resolution) for the target directory and the workspace's own names.
 pub fn fill_after_build(runner: &crate::cargo::CargoRunner) {
+    // A target directory shared on purpose (the learner's own setting, the course's verify)
+    // is not a fresh workspace's build: it is left alone, like in `seed`.
+    if runner.target_dir.is_some() || std::env::var_os("CARGO_TARGET_DIR").is_some() {
+        return;
+    }
     let Ok(output) = runner
         .command("metadata")
         .args(["--format-version", "1", "--no-deps", "--offline"])
