@@ -109,6 +109,11 @@ pub fn fill_after_build(runner: &crate::cargo::CargoRunner) {
     if runner.target_dir.is_some() || std::env::var_os("CARGO_TARGET_DIR").is_some() {
         return;
     }
+    // The common case, every run after the first: the cache already has this workspace's
+    // key, so cargo is not even asked.
+    if cache_dir(&runner.workspace).is_none_or(|cached| cached.exists()) {
+        return;
+    }
     let Ok(output) = runner
         .command("metadata")
         .args(["--format-version", "1", "--no-deps", "--offline"])
