@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -115,6 +116,33 @@ struct RawGroup {
     group: String,
     tests: usize,
     summary: String,
+    /// Read as any TOML value so that a wrong one (`"90"`, `-1`, `1.5`) gets the course's own
+    /// Chinese line instead of the TOML parser's English one.
+    timeout: Option<toml::Value>,
+}
+
+/// The longest per-group time limit the manifest may ask for, in seconds. Anything longer is
+/// not a test a learner should wait for.
+pub const MAX_GROUP_TIMEOUT: u64 = 600;
+
+/// A manifest value echoed back in an error, roughly as it was written.
+fn shown_value(value: &toml::Value) -> String {
+    match value {
+        toml::Value::Integer(number) => number.to_string(),
+        toml::Value::Float(number) => number.to_string(),
+        toml::Value::Boolean(flag) => flag.to_string(),
+        toml::Value::String(text) => format!("{text:?}"),
+        other => other.type_str().to_string(),
+    }
+}
+
+/// A group's `timeout`: whole seconds, 1 to [`MAX_GROUP_TIMEOUT`].
+fn group_timeout(value: &toml::Value) -> Option<Duration> {
+    value
+        .as_integer()
+        .and_then(|seconds| u64::try_from(seconds).ok())
+        .filter(|seconds| (1..=MAX_GROUP_TIMEOUT).contains(seconds))
+        .map(Duration::from_secs)
 }
 
 #[derive(Deserialize)]
@@ -172,11 +200,24 @@ impl RawChapter {
             .enumerate()
             .map(|(index, raw)| {
                 let index = u8::try_from(index + 1).map_err(|_| CatalogError::TooManyLabs(id))?;
+                let timeout = match &raw.timeout {
+                    None => None,
+                    Some(value) => {
+                        Some(
+                            group_timeout(value).ok_or_else(|| CatalogError::BadTimeout {
+                                chapter: id,
+                                group: raw.group.clone(),
+                                found: shown_value(value),
+                            })?,
+                        )
+                    }
+                };
                 Ok(GroupSpec {
                     name: raw.group,
                     lab: with_labs.then(|| id.lab(index)),
                     tests: raw.tests,
                     summary: raw.summary,
+                    timeout,
                 })
             })
             .collect::<Result<_, CatalogError>>()?;
@@ -300,6 +341,12 @@ pub enum CatalogError {
         mode: Mode,
     },
     TooManyLabs(ChapterId),
+    /// A group's `timeout` is not a whole number of seconds in range.
+    BadTimeout {
+        chapter: ChapterId,
+        group: String,
+        found: String,
+    },
 }
 
 impl fmt::Display for CatalogError {
@@ -331,6 +378,15 @@ impl fmt::Display for CatalogError {
             CatalogError::TooManyLabs(chapter) => {
                 write!(f, "{MANIFEST}：第 {chapter} 章的 Lab 太多")
             }
+            CatalogError::BadTimeout {
+                chapter,
+                group,
+                found,
+            } => write!(
+                f,
+                "{MANIFEST}：第 {chapter} 章测试组 {group} 的 timeout = {} 不对：要写 1 到 {MAX_GROUP_TIMEOUT} 之间的整数秒数",
+                course_runner::id::one_line(found, 24)
+            ),
             CatalogError::UnknownShows { chapter, shows } => write!(
                 f,
                 "第 {chapter} 章的 shows = \"{shows}\" 不是它之前的重建章节"

@@ -6,11 +6,15 @@
 //! have exactly one winner. Interrupted (a signal flag set) or failed, everything this run
 //! created is removed again: the staging directory, the entries moved into an empty target, the
 //! parent directories it made. A staging directory left by a killed run carries its owner's
-//! pid and start time; the next run removes it once it can prove that process is gone.
+//! pid and start time; the next run removes it once it can prove that process is gone. The
+//! claim file of an in-place fill carries the same owner line and, before each move, the name
+//! about to be moved: a run killed mid-fill (SIGKILL runs no handler) leaves a journal from
+//! which the next run for that target removes exactly what the dead run put there, and nothing
+//! else.
 
 use std::fmt;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -52,25 +56,63 @@ pub enum WriteError {
     },
 }
 
-/// A path as one line: control characters (a newline in a name) are escaped.
+/// Paths longer than this many characters are shown with their middle left out.
+const SHOWN_PATH_MAX: usize = 160;
+
+/// A path as one readable line: control characters (a newline in a name) are escaped, and a
+/// very long path keeps its head and its tail (where the names the user typed are) with the
+/// middle left out, so one refusal never fills a screen.
 pub fn shown(path: &Path) -> String {
-    path.display().to_string().escape_debug().to_string()
+    let line = path.display().to_string().escape_debug().to_string();
+    let chars: Vec<char> = line.chars().collect();
+    if chars.len() <= SHOWN_PATH_MAX {
+        return line;
+    }
+    let (head, tail) = (48, 96);
+    let left_out = chars.len() - head - tail;
+    format!(
+        "{}…（省略 {left_out} 个字符）…{}",
+        chars[..head].iter().collect::<String>(),
+        chars[chars.len() - tail..].iter().collect::<String>()
+    )
 }
 
-/// The OS's reason in Chinese where we know it, its own words after.
+/// The path exactly, quoted for a POSIX shell, so a printed `cd <path>` works when pasted even
+/// with a space or a quote in it. `None` when no pasted line could carry it faithfully (not
+/// UTF-8, or a control character such as a newline in a name).
+pub fn shell_quoted(path: &Path) -> Option<String> {
+    let text = path.to_str()?;
+    if text.chars().any(char::is_control) {
+        return None;
+    }
+    shlex::try_quote(text)
+        .ok()
+        .map(|quoted| quoted.into_owned())
+}
+
+/// The OS's reason in Chinese. The OS's own (English) words are kept only for a kind we have
+/// no phrase for, so the line still says something concrete.
 fn reason(error: &io::Error) -> String {
     let chinese = match error.kind() {
         io::ErrorKind::PermissionDenied => "权限不足",
         io::ErrorKind::StorageFull => "磁盘空间不足",
+        io::ErrorKind::QuotaExceeded => "超出了磁盘配额",
         io::ErrorKind::ReadOnlyFilesystem => "文件系统只读",
         io::ErrorKind::NotADirectory => "路径中有一段不是目录",
+        io::ErrorKind::IsADirectory => "这是一个目录",
         io::ErrorKind::InvalidFilename => "路径或文件名太长，或含有无效字符",
         io::ErrorKind::ResourceBusy => "资源正忙",
         io::ErrorKind::NotFound => "路径不存在",
+        io::ErrorKind::AlreadyExists => "已经存在同名的文件或目录",
+        io::ErrorKind::DirectoryNotEmpty => "目录不为空",
         io::ErrorKind::CrossesDevices => "不能跨文件系统移动",
-        _ => "系统错误",
+        io::ErrorKind::TooManyLinks => "链接数超出了文件系统的上限",
+        io::ErrorKind::FileTooLarge => "文件超出了文件系统允许的大小",
+        io::ErrorKind::OutOfMemory => "内存不足",
+        io::ErrorKind::Interrupted => "操作被信号打断",
+        _ => return format!("系统错误（{error}）"),
     };
-    format!("{chinese}（{error}）")
+    chinese.to_string()
 }
 
 impl fmt::Display for WriteError {
@@ -326,6 +368,38 @@ fn sweep_stale_staging(parent: &Path) {
     }
 }
 
+/// Undoes an in-place fill whose run was killed outright: when `target` holds a claim file
+/// whose owner is provably dead, removes the entries its journal names, then the claim. Entries
+/// it does not name stay, so a target that also holds the user's files is still refused.
+fn undo_abandoned_fill(target: &Path) {
+    let claim = target.join(CLAIM_FILE);
+    let Ok(journal) = fs::read_to_string(&claim) else {
+        return;
+    };
+    let mut lines = journal.lines();
+    if !lines.next().is_some_and(owner_is_gone) {
+        return;
+    }
+    for name in lines {
+        // Only a plain entry name of the target: never a path that leads elsewhere.
+        let mut components = Path::new(name).components();
+        let (Some(Component::Normal(entry)), None) = (components.next(), components.next()) else {
+            continue;
+        };
+        let path = target.join(entry);
+        match fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_dir() => {
+                let _ = fs::remove_dir_all(&path);
+            }
+            Ok(_) => {
+                let _ = fs::remove_file(&path);
+            }
+            Err(_) => {}
+        }
+    }
+    let _ = fs::remove_file(&claim);
+}
+
 fn slow_write_pause() -> Option<Duration> {
     std::env::var(SLOW_WRITE_ENV)
         .ok()
@@ -341,6 +415,7 @@ pub fn write_new_workspace(
     interrupt: &Interrupt,
 ) -> Result<PathBuf, WriteError> {
     let target = absolute(target).map_err(io_error("解析路径", target))?;
+    undo_abandoned_fill(&target);
     let state = check_target(&target)?;
     let parent = target.parent().unwrap_or(Path::new("/")).to_path_buf();
     let mut parents = CreatedParents::create(&parent)?;
@@ -367,10 +442,12 @@ pub fn write_new_workspace(
         }
     }
     interrupted(interrupt)?;
-    let _ = fs::remove_file(&owner);
 
     match state {
         TargetState::Missing => {
+            // The owner line stays until the commit point: a kill before it leaves a staging
+            // directory the next run can prove dead and sweep.
+            let _ = fs::remove_file(&owner);
             make_world_readable(staging.path(), &target)?;
             fs::rename(staging.path(), &target).map_err(|error| match error.kind() {
                 // Someone else filled the target first (a lost race).
@@ -397,16 +474,19 @@ fn fill_in_place(
     pause: Option<Duration>,
 ) -> Result<(), WriteError> {
     let claim = target.join(CLAIM_FILE);
-    match fs::OpenOptions::new()
+    let mut journal = match fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&claim)
     {
-        Ok(_) => {}
+        Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
             return Err(WriteError::TargetNotEmpty(target.to_path_buf()))
         }
         Err(error) => return Err(io_error("写入", target)(error)),
+    };
+    if let Some(stamp) = owner_stamp() {
+        writeln!(journal, "{stamp}").map_err(io_error("写入", target))?;
     }
     // Files may have appeared between the emptiness check and the claim.
     let others = fs::read_dir(target)
@@ -423,7 +503,16 @@ fn fill_in_place(
         for entry in entries {
             interrupted(interrupt)?;
             let entry = entry.map_err(io_error("读取", target))?;
-            let destination = target.join(entry.file_name());
+            let name = entry.file_name();
+            if name == OWNER_FILE {
+                continue;
+            }
+            let destination = target.join(&name);
+            // Journal first, move second: a kill between the two leaves a name that names
+            // nothing in the target, never an entry of ours the journal does not name.
+            if let Some(name) = name.to_str() {
+                writeln!(journal, "{name}").map_err(io_error("写入", target))?;
+            }
             fs::rename(entry.path(), &destination).map_err(io_error("写入", target))?;
             moved.push(destination);
             if let Some(pause) = pause {

@@ -493,6 +493,52 @@ fn malformed_manifests_are_refused_with_a_reason() {
     );
 }
 
+#[test]
+fn a_group_timeout_reaches_the_stamp_and_a_bad_one_is_refused_in_chinese() {
+    let slow = "{ group = \"beta\", tests = 1, summary = \"乙\" }";
+    assert_eq!(MANIFEST.matches(slow).count(), 1);
+    let with = |timeout: &str| {
+        let mut data = fixture();
+        put(
+            &mut data,
+            "chapters/course.toml",
+            &MANIFEST.replace(
+                slow,
+                &slow.replace(" }", &format!(", timeout = {timeout} }}")),
+            ),
+        );
+        data
+    };
+
+    let practice = handed_out(&with("90"), "02", Solved::Nothing);
+    let stamp = Stamp::from_json_bytes(&practice[STAMP_FILE]).unwrap();
+    let limits: Vec<(String, Option<u64>)> = stamp.chapters[1]
+        .groups
+        .iter()
+        .map(|g| (g.name.clone(), g.timeout.map(|t| t.as_secs())))
+        .collect();
+    assert_eq!(
+        limits,
+        [("alpha".to_string(), None), ("beta".to_string(), Some(90))],
+        "清单里一组的 timeout 原样写进练习工作区的印记，别的组不受影响"
+    );
+
+    for bad in ["0", "-5", "601", "1.5", "\"90\""] {
+        let error = Catalog::from_files(&with(bad)).unwrap_err();
+        assert!(
+            matches!(&error, CatalogError::BadTimeout { group, .. } if group == "beta"),
+            "timeout = {bad} 必须被拒绝：{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "chapters/course.toml：第 02 章测试组 beta 的 timeout = {bad} 不对：要写 1 到 600 之间的整数秒数"
+            ),
+            "错误的 timeout 用一行中文说清该写什么"
+        );
+    }
+}
+
 /// A guide that meets the learning contract for chapter 02 of the fixture.
 const GOOD_GUIDE: &str = "# 第 02 章　第二章
 

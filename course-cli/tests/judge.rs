@@ -39,7 +39,13 @@ fn workspace() -> MutexGuard<'static, Workspace> {
         .get_or_init(|| {
             let scratch = tempfile::tempdir().unwrap();
             let root = scratch.path().join("w");
-            let output = Command::new(BIN).arg("03").arg(&root).output().unwrap();
+            // No dependency cache: this suite builds into its own shared target directory.
+            let output = Command::new(BIN)
+                .arg("03")
+                .arg(&root)
+                .env("PI_COURSE_DEPS_CACHE", scratch.path().join("no-deps-cache"))
+                .output()
+                .unwrap();
             assert!(output.status.success(), "practice 03 writes a workspace");
             let reference = fs::read_to_string(root.join(STREAM)).unwrap();
             Mutex::new(Workspace {
@@ -261,6 +267,44 @@ fn an_endless_loop_times_out_with_its_test_named() {
         .parse()
         .unwrap();
     assert!(!runs(pid), "超时的测试进程必须被杀掉，不能留在后台");
+}
+
+#[test]
+fn a_group_timeout_from_the_manifest_applies_and_the_variable_still_overrides_it() {
+    let ws = workspace();
+    ws.plant(&endless_loop());
+    // The stamp carries the manifest's per-group limits; give the queue group 1 second.
+    let stamp_path = ws.root.join(".practice.json");
+    let original = fs::read_to_string(&stamp_path).unwrap();
+    let mut stamp: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let groups = stamp["chapters"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|chapter| chapter["id"] == "02")
+        .unwrap()["groups"]
+        .as_array_mut()
+        .unwrap();
+    for group in groups.iter_mut().filter(|group| group["name"] == "queue") {
+        group["timeout"] = serde_json::json!(1);
+    }
+    fs::write(&stamp_path, serde_json::to_string(&stamp).unwrap()).unwrap();
+
+    let mut own_limit = ws.command(&["test", "02", "--group", "queue"], &[]);
+    own_limit.env_remove("COURSE_TEST_TIMEOUT");
+    let output = own_limit.output().unwrap();
+    let own_stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let overridden = ws.xtask(&["test", "02", "--group", "queue"]).1;
+    fs::write(&stamp_path, original).unwrap();
+
+    assert!(
+        own_stdout.contains(&format!("首个失败 {VICTIM}：超时（1 秒）")),
+        "没有 COURSE_TEST_TIMEOUT 时用清单里这一组的 timeout：{own_stdout}"
+    );
+    assert!(
+        overridden.contains(&format!("首个失败 {VICTIM}：超时（2 秒）")),
+        "COURSE_TEST_TIMEOUT 压过清单里的 timeout：{overridden}"
+    );
 }
 
 #[cfg(target_os = "linux")]

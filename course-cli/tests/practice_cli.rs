@@ -414,6 +414,146 @@ fn an_empty_directory_is_filled_in_place_and_emptied_again_on_interrupt() {
     assert_eq!(entries(scratch.path()), [target]);
 }
 
+#[cfg(target_os = "linux")]
+#[test]
+fn a_fill_killed_outright_is_undone_by_the_next_run_for_that_target() {
+    let id = rebuild_chapter();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("ws");
+    fs::create_dir(&target).unwrap();
+    let mut child = Command::new(BIN)
+        .args([id.as_str(), "."])
+        .env(SLOW_WRITE_ENV, "20")
+        .current_dir(&target)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the fill has moved something besides its claim into the target, then SIGKILL:
+    // no handler runs, nothing is rolled back.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while entries(&target).len() < 2 {
+        assert!(Instant::now() < deadline, "the in-place fill never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        target.join(course_cli::write::CLAIM_FILE).is_file(),
+        "the kill happened mid-fill, as intended"
+    );
+    assert!(!target.join(STAMP_FILE).exists(), "the fill was cut short");
+
+    let output = practice(&[&id, "."], &target);
+    assert!(
+        output.status.success(),
+        "被强行终止的填充由下一次运行撤销，目标可以再用：{}",
+        stderr(&output)
+    );
+    assert!(target.join(STAMP_FILE).is_file());
+    assert!(!target.join(course_cli::write::CLAIM_FILE).exists());
+    assert_eq!(
+        entries(scratch.path()),
+        std::slice::from_ref(&target),
+        "死掉的那次运行留下的暂存目录被清理，旁边不留任何东西"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn an_abandoned_fill_next_to_the_users_own_file_is_refused_and_the_file_kept() {
+    let id = rebuild_chapter();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("ws");
+    fs::create_dir(&target).unwrap();
+    // A claim whose owner is provably dead (a pid above Linux's largest pid_max), whose journal
+    // names one entry and one path outside the target, beside a file of the user's.
+    fs::write(
+        target.join(course_cli::write::CLAIM_FILE),
+        "4194304999 1\nCargo.toml\n../escape\n",
+    )
+    .unwrap();
+    fs::write(target.join("Cargo.toml"), "ours").unwrap();
+    fs::write(scratch.path().join("escape"), "outside").unwrap();
+    fs::write(target.join("notes.txt"), "mine").unwrap();
+    let output = practice(&[&id, "."], &target);
+    assert_refused(&output, "不为空");
+    assert_eq!(
+        fs::read_to_string(target.join("notes.txt")).unwrap(),
+        "mine",
+        "日志没有点名的文件绝不能动"
+    );
+    assert!(
+        scratch.path().join("escape").is_file(),
+        "日志里指向目标之外的名字被忽略"
+    );
+    assert!(!target.join("Cargo.toml").exists(), "日志点名的条目被撤销");
+}
+
+#[cfg(unix)]
+#[test]
+fn the_first_step_line_is_shell_quoted_and_works_when_pasted() {
+    let id = rebuild_chapter();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("my dir's \"ws\" $HOME");
+    let output = practice(&[&id, target.to_str().unwrap()], scratch.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("第一步："))
+        .expect("practice prints the first step");
+    let cd = line.split(" && ").next().unwrap();
+    let pasted = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{cd} && pwd -P"))
+        .output()
+        .unwrap();
+    assert!(
+        pasted.status.success(),
+        "粘贴 `{cd}` 要能用：{}",
+        stderr(&pasted)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&pasted.stdout).trim_end(),
+        target.canonicalize().unwrap().to_str().unwrap(),
+        "第一步里的 cd 要进到刚生成的工作区：{line}"
+    );
+}
+
+#[test]
+fn a_very_long_path_is_elided_and_the_reason_is_chinese() {
+    let id = rebuild_chapter();
+    let scratch = tempfile::tempdir().unwrap();
+    // 25 components of 200 characters: 5000 characters, beyond PATH_MAX.
+    let mut target = scratch.path().to_path_buf();
+    for index in 0..25 {
+        target.push(format!("{index:02}{}", "d".repeat(198)));
+    }
+    let output = practice(&[&id, target.to_str().unwrap()], scratch.path());
+    assert_refused(&output, "省略");
+    let message = stderr(&output);
+    assert!(
+        message.chars().count() < 400,
+        "很长的路径只显示头尾：{message}"
+    );
+    assert!(
+        message
+            .trim_end()
+            .ends_with("路径或文件名太长，或含有无效字符"),
+        "拒绝的原因用中文结尾，不接英文的系统原文：{message}"
+    );
+    assert!(
+        !message.contains(STAGING_PREFIX),
+        "不显示隐藏的暂存目录：{message}"
+    );
+    assert_eq!(
+        entries(scratch.path()),
+        [] as [PathBuf; 0],
+        "创建的父目录都撤掉了"
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn output_errors_never_panic() {

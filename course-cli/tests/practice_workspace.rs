@@ -5,10 +5,18 @@
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
+use course_cli::runner::deps_cache::CACHE_ENV;
 use course_cli::runner::Exit;
 
 const BIN: &str = env!("CARGO_BIN_EXE_practice");
+
+/// This suite's own dependency cache: the real user cache is never read or written here.
+fn deps_cache() -> &'static Path {
+    static CACHE: OnceLock<tempfile::TempDir> = OnceLock::new();
+    CACHE.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
 
 fn run(program: &str, args: &[&str], cwd: &Path) -> Output {
     Command::new(program)
@@ -16,6 +24,7 @@ fn run(program: &str, args: &[&str], cwd: &Path) -> Output {
         .current_dir(cwd)
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_TARGET_DIR")
+        .env(CACHE_ENV, deps_cache())
         .output()
         .unwrap_or_else(|error| panic!("{program} runs: {error}"))
 }

@@ -13,9 +13,11 @@ use crate::process::{run_bounded, Cancel, Ending, Finished, Status};
 use crate::spec::{ChapterTests, GroupSpec, LEARNER_PACKAGE};
 
 /// How long a test binary may run without a single test finishing before its process group
-/// is killed. Generous: the slowest acceptance test takes well under a second.
+/// is killed. Generous: the slowest acceptance test takes well under a second. A group whose
+/// tests need longer says so in the manifest (`timeout = <seconds>`).
 pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(30);
-/// Overrides [`DEFAULT_TIME_LIMIT`], in whole seconds (a slow machine; the engine's own tests).
+/// Overrides every limit, the default and the manifest's, in whole seconds (a slow machine;
+/// the engine's own tests).
 pub const TIME_LIMIT_ENV: &str = "COURSE_TEST_TIMEOUT";
 
 /// Why the groups could not be judged at all.
@@ -81,8 +83,9 @@ pub struct CargoRunner {
     pub target_dir: Option<PathBuf>,
     /// Let cargo print its build progress to the terminal before the verdict.
     pub show_build: bool,
-    /// How long a test binary may go without finishing a test.
-    pub time_limit: Duration,
+    /// How long a test binary may go without finishing a test, for every group alike; `None`
+    /// leaves it to each group (its manifest `timeout`, else [`DEFAULT_TIME_LIMIT`]).
+    pub time_limit: Option<Duration>,
     /// Raised by another thread to abandon the running tests.
     pub cancel: Option<Cancel>,
 }
@@ -143,7 +146,7 @@ impl CargoRunner {
             [single] => Some(single.prefix()),
             _ => None,
         };
-        let outcomes = self.run_built(&executable, filter.as_deref(), &listed)?;
+        let outcomes = self.run_built(&executable, filter.as_deref(), &listed, &groups)?;
         Ok(groups
             .into_iter()
             .map(|spec| {
@@ -222,34 +225,54 @@ impl CargoRunner {
     /// that way — a crash, a timeout — every selected test runs again on its own, so the one
     /// that crashed or hung is found and named; when it did but some test has no verdict (the
     /// code called `process::exit(0)`), those tests run again on their own.
+    ///
+    /// `groups` give each test its time limit; a test outside them gets the default.
     fn run_built(
         &self,
         executable: &Path,
         filter: Option<&str>,
         listed: &[String],
+        groups: &[&GroupSpec],
     ) -> Result<Vec<TestOutcome>, RunError> {
         let mut selected: Vec<&String> = listed
             .iter()
             .filter(|name| filter.is_none_or(|filter| name.contains(filter)))
             .collect();
         selected.sort();
-        let whole = self.run_logged(executable, filter.into_iter().collect())?;
+        // Any selected test may be the one running when the log stalls, so the whole run
+        // waits as long as the most patient of them would.
+        let whole_limit = selected
+            .iter()
+            .map(|name| self.limit_of(name, groups))
+            .max()
+            .unwrap_or(DEFAULT_TIME_LIMIT);
+        let whole = self.run_logged(executable, filter.into_iter().collect(), whole_limit)?;
         let clean = whole.ended_cleanly();
         selected
             .into_iter()
             .map(|name| match whole.verdicts.get(name) {
                 Some(&verdict) if clean => Ok(whole.outcome(name, verdict)),
-                _ => self.run_alone(executable, name),
+                _ => self.run_alone(executable, name, self.limit_of(name, groups)),
             })
             .collect()
     }
 
+    /// The time limit of one test: the override, else its group's, else the default.
+    fn limit_of(&self, name: &str, groups: &[&GroupSpec]) -> Duration {
+        time_limit_of(self.time_limit, name, groups)
+    }
+
     /// One test on its own: its logged verdict, or why it has none.
-    fn run_alone(&self, executable: &Path, name: &str) -> Result<TestOutcome, RunError> {
-        let run = self.run_logged(executable, vec![name, "--exact"])?;
+    fn run_alone(
+        &self,
+        executable: &Path,
+        name: &str,
+        limit: Duration,
+    ) -> Result<TestOutcome, RunError> {
+        let run = self.run_logged(executable, vec![name, "--exact"], limit)?;
         let verdict = match (run.verdicts.get(name), run.finished.ending) {
             (Some(&verdict), _) if run.ended_cleanly() => verdict,
-            (_, Ending::TimedOut) => Verdict::TimedOut(self.time_limit.as_secs()),
+            (_, Ending::TimedOut) => Verdict::TimedOut(limit.as_secs()),
             (_, Ending::Exited(status)) => Verdict::Crashed(status),
             (_, Ending::Cancelled) => return Err(RunError::Cancelled),
         };
@@ -257,12 +280,17 @@ impl CargoRunner {
     }
 
     /// Runs the binary with `args`, libtest writing its verdicts to a fresh log file.
-    fn run_logged(&self, executable: &Path, args: Vec<&str>) -> Result<LoggedRun, RunError> {
+    fn run_logged(
+        &self,
+        executable: &Path,
+        args: Vec<&str>,
+        limit: Duration,
+    ) -> Result<LoggedRun, RunError> {
         let log = LogFile::create().map_err(RunError::Spawn)?;
         let mut command = self.test_binary(executable);
         command.args(args).arg("--logfile").arg(&log.0);
-        let finished = run_bounded(command, &log.0, self.time_limit, self.cancel.as_ref())
-            .map_err(RunError::Spawn)?;
+        let finished =
+            run_bounded(command, &log.0, limit, self.cancel.as_ref()).map_err(RunError::Spawn)?;
         if finished.ending == Ending::Cancelled {
             return Err(RunError::Cancelled);
         }
@@ -284,17 +312,30 @@ impl CargoRunner {
     ) -> Result<Vec<TestOutcome>, RunError> {
         let executable = self.build(target)?;
         let listed = self.list_built(&executable)?;
-        self.run_built(&executable, filter, &listed)
+        self.run_built(&executable, filter, &listed, &[])
     }
 }
 
-/// The time limit: [`TIME_LIMIT_ENV`] when it holds a positive whole number, else the default.
-fn time_limit_from_env() -> Duration {
+/// The override: [`TIME_LIMIT_ENV`] when it holds a positive whole number.
+fn time_limit_from_env() -> Option<Duration> {
     std::env::var(TIME_LIMIT_ENV)
         .ok()
         .and_then(|text| text.trim().parse::<u64>().ok())
         .filter(|seconds| *seconds > 0)
-        .map_or(DEFAULT_TIME_LIMIT, Duration::from_secs)
+        .map(Duration::from_secs)
+}
+
+/// The time limit of test `name`: `overriding` when set, else the limit of the group whose
+/// module holds it, else [`DEFAULT_TIME_LIMIT`].
+fn time_limit_of(overriding: Option<Duration>, name: &str, groups: &[&GroupSpec]) -> Duration {
+    overriding
+        .or_else(|| {
+            groups
+                .iter()
+                .find(|group| name.starts_with(&group.prefix()))
+                .and_then(|group| group.timeout)
+        })
+        .unwrap_or(DEFAULT_TIME_LIMIT)
 }
 
 /// One run of a test binary: what libtest logged and how the process ended.
@@ -366,4 +407,46 @@ fn executable_of(messages: &str, target: &str) -> Option<PathBuf> {
         let is_it = message["reason"] == "compiler-artifact" && message["target"]["name"] == target;
         is_it.then(|| message["executable"].as_str().map(PathBuf::from))?
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str, timeout: Option<u64>) -> GroupSpec {
+        GroupSpec {
+            name: name.into(),
+            lab: None,
+            tests: 1,
+            summary: String::new(),
+            timeout: timeout.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn a_group_limit_applies_to_its_tests_and_the_override_beats_it() {
+        let slow = group("slow", Some(120));
+        let quick = group("quick", None);
+        let groups = [&slow, &quick];
+        assert_eq!(
+            time_limit_of(None, "slow::a", &groups),
+            Duration::from_secs(120),
+            "清单里的 timeout 只管它自己那一组的测试"
+        );
+        assert_eq!(
+            time_limit_of(None, "quick::a", &groups),
+            DEFAULT_TIME_LIMIT,
+            "没写 timeout 的组用默认时限"
+        );
+        assert_eq!(
+            time_limit_of(None, "slowly::a", &groups),
+            DEFAULT_TIME_LIMIT,
+            "组靠完整的模块前缀认领测试，不靠名字的开头几个字"
+        );
+        assert_eq!(
+            time_limit_of(Some(Duration::from_secs(5)), "slow::a", &groups),
+            Duration::from_secs(5),
+            "COURSE_TEST_TIMEOUT 压过清单"
+        );
+    }
 }

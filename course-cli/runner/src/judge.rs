@@ -145,6 +145,7 @@ mod tests {
                 lab: Some(lab.parse().unwrap()),
                 tests,
                 summary: String::new(),
+                timeout: None,
             },
             selected: outcomes.len(),
             outcomes,

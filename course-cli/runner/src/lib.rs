@@ -8,6 +8,7 @@
 //! Depends on std, serde_json and libc only (see `Cargo.toml`).
 
 pub mod cargo;
+pub mod deps_cache;
 pub mod exit;
 pub mod id;
 pub mod judge;

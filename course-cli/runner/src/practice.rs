@@ -29,7 +29,7 @@ const HELP: &str = "\
   cargo xtask --help                       显示本说明
 
 判定只看 libtest 的判定日志和测试进程的退出方式，不看你的代码打印了什么；测试 30 秒内没有结束算超时
-（环境变量 COURSE_TEST_TIMEOUT 可以改成别的秒数）。
+（个别测试组在课程清单里有自己的时限；环境变量 COURSE_TEST_TIMEOUT 可以把所有时限统一改成别的秒数）。
 
 退出码：0 全部通过；1 有测试组是红的或代码编译失败；2 用法错误；3 注入的测试被改动过。";
 
@@ -234,7 +234,12 @@ pub fn judge_chapter(
     runner.show_build = true;
     runner.cancel = cancel;
     let reports = match runner.run_chapter(tests, group) {
-        Ok(reports) => reports,
+        Ok(reports) => {
+            // The build succeeded: its registry dependencies can spare the next workspace a
+            // cold build.
+            crate::deps_cache::fill_after_build(&runner);
+            reports
+        }
         Err(RunError::Cancelled) => return Err(Cancelled),
         Err(error) => {
             let _ = writeln!(io::stderr(), "错误：{error}");

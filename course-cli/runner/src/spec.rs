@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
@@ -31,6 +32,9 @@ pub struct GroupSpec {
     /// Exact number of tests the module must hold.
     pub tests: usize,
     pub summary: String,
+    /// How long one of its tests may run, when the manifest gives the group more (or less)
+    /// than the runner's default; `COURSE_TEST_TIMEOUT` still overrides it.
+    pub timeout: Option<Duration>,
 }
 
 impl GroupSpec {
@@ -176,6 +180,7 @@ impl GroupSpec {
             "lab": self.lab.map(|lab| lab.to_string()),
             "tests": self.tests,
             "summary": self.summary,
+            "timeout": self.timeout.map(|limit| limit.as_secs()),
         })
     }
 
@@ -185,11 +190,17 @@ impl GroupSpec {
             Value::Null => None,
             _ => Some(parsed(group, "lab")?),
         };
+        // Absent in stamps written before per-group limits existed: those keep the default.
+        let timeout = match group.get("timeout") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(Duration::from_secs(number(group, "timeout")?)),
+        };
         Ok(GroupSpec {
             name: text(group, "name")?,
             lab,
             tests: number(group, "tests")? as usize,
             summary: text(group, "summary")?,
+            timeout,
         })
     }
 }
@@ -276,6 +287,7 @@ mod tests {
             lab: Some("6.3".parse().unwrap()),
             tests: 3,
             summary: String::new(),
+            timeout: None,
         };
         assert_eq!(group.prefix(), "executor::");
         assert_eq!(group.marker().as_deref(), Some("Lab 6.3"));
@@ -298,6 +310,7 @@ mod tests {
                     lab: Some("6.1".parse().unwrap()),
                     tests: 7,
                     summary: "收窄".into(),
+                    timeout: Some(Duration::from_secs(90)),
                 }],
             }],
             injected: BTreeMap::from([("pi-course/tests/06.rs".to_string(), "abc".to_string())]),
@@ -307,6 +320,13 @@ mod tests {
         let mut broken = stamp.to_json();
         broken["chapters"][0]["groups"][0]["lab"] = json!("six");
         assert_eq!(Stamp::from_json(&broken), Err(StampError("lab".into())));
+        let mut older = stamp.to_json();
+        older["chapters"][0]["groups"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("timeout");
+        let read = Stamp::from_json(&older).expect("旧印记没有 timeout 字段也要能读");
+        assert_eq!(read.chapters[0].groups[0].timeout, None);
     }
 
     #[test]

@@ -173,7 +173,12 @@ fn run(cli: Cli, interrupt: &Interrupt) -> Result<(), Stop> {
             code,
         }
     })?;
-    print_summary(chapter, &written)
+    let seeded = course_cli::runner::deps_cache::seed(&written);
+    print_summary(chapter, &written)?;
+    if seeded {
+        say("  依赖：已从本机的依赖缓存复制编译好的第三方依赖，第一次构建只编译你的代码")?;
+    }
+    Ok(())
 }
 
 fn print_list(catalog: &Catalog) -> Result<(), Stop> {
@@ -210,7 +215,10 @@ fn print_summary(chapter: &Chapter, dir: &std::path::Path) -> Result<(), Stop> {
         }
         _ => "cargo run -p pi-course --example prologue".to_string(),
     };
-    say(&format!("  第一步：cd {} && {first}", shown(dir)))?;
+    // The exact path, quoted, so the line works when pasted; the escaped one if no shell line
+    // can carry it.
+    let cd = write::shell_quoted(dir).unwrap_or_else(|| shown(dir));
+    say(&format!("  第一步：cd {cd} && {first}"))?;
     say(&format!(
         "  完整说明见 {}",
         shown(&dir.join(learning::FILE_NAME))
