@@ -95,12 +95,23 @@ mod path {
     fn the_branch_runs_from_the_root_to_the_leaf() {
         let entries = tree();
         let branch = path_to(&entries, "c").expect("c 的祖先链完整，必须能选出分支");
-        assert_eq!(ids(&branch), ["root", "a", "b", "c"], "分支必须从根走到叶子，按父子顺序而不是文件顺序");
+        assert_eq!(
+            ids(&branch),
+            ["root", "a", "b", "c"],
+            "分支必须从根走到叶子，按父子顺序而不是文件顺序"
+        );
         let other = path_to(&entries, "d").expect("d 的祖先链完整，必须能选出分支");
-        assert_eq!(ids(&other), ["root", "a", "d"], "兄弟分支上的 entry 不能出现在所选分支里");
+        assert_eq!(
+            ids(&other),
+            ["root", "a", "d"],
+            "兄弟分支上的 entry 不能出现在所选分支里"
+        );
         let root = path_to(&entries, "root").expect("根自己就是一条分支");
         assert_eq!(ids(&root), ["root"], "叶子是根时，分支只有根");
-        assert_eq!(branch[3], entries[0], "分支里的 entry 必须和文件里的完全相同");
+        assert_eq!(
+            branch[3], entries[0],
+            "分支里的 entry 必须和文件里的完全相同"
+        );
     }
 
     #[test]
@@ -108,7 +119,11 @@ mod path {
         let mut entries = tree();
         entries.push(message("orphan", Some("lost"), "orphan"));
         let branch = path_to(&entries, "c").expect("别的分支断了，不能影响所选的分支");
-        assert_eq!(ids(&branch), ["root", "a", "b", "c"], "别的分支断了，所选的分支照常返回");
+        assert_eq!(
+            ids(&branch),
+            ["root", "a", "b", "c"],
+            "别的分支断了，所选的分支照常返回"
+        );
         assert_eq!(
             path_to(&entries, "orphan"),
             Err(PathError::MissingParent {
@@ -134,7 +149,10 @@ mod path {
             "重复的 id 即使不在所选分支上也必须拒绝：一个 id 只能指一个事实"
         );
         let error = PathError::DuplicateId("d".into()).to_string();
-        assert!(error.contains('d'), "重复 id 的错误信息必须说出是哪个 id，实际是 {error:?}");
+        assert!(
+            error.contains('d'),
+            "重复 id 的错误信息必须说出是哪个 id，实际是 {error:?}"
+        );
     }
 
     #[test]
@@ -161,7 +179,10 @@ mod parser {
 
     fn refused(value: Value, field: &str, rule: &str) {
         match parse(value) {
-            Err(error) => assert_eq!(error.field, field, "{rule}：错误必须指出字段 {field}，实际是 {error}"),
+            Err(error) => assert_eq!(
+                error.field, field,
+                "{rule}：错误必须指出字段 {field}，实际是 {error}"
+            ),
             Ok(entry) => panic!("{rule}：必须拒绝，实际解析成了 {entry:?}"),
         }
     }
@@ -196,10 +217,21 @@ mod parser {
             );
         }
         let parsed = parse(user_entry()).expect("合法的 user 消息 entry 必须能解析");
-        assert_eq!(parsed, SessionEntry::message("u1", None, 1_000, user("你好", 1_000)), "parentId 为 null 的 entry 是根");
+        assert_eq!(
+            parsed,
+            SessionEntry::message("u1", None, 1_000, user("你好", 1_000)),
+            "parentId 为 null 的 entry 是根"
+        );
         let written = serde_json::to_value(&parsed).expect("entry 总能序列化");
-        assert_eq!(written["parentId"], Value::Null, "根的 parentId 必须写成 null，不能省略");
-        assert_eq!(written["type"], "message", "entry 的 type 标签必须是 message 或 metadata");
+        assert_eq!(
+            written["parentId"],
+            Value::Null,
+            "根的 parentId 必须写成 null，不能省略"
+        );
+        assert_eq!(
+            written["type"], "message",
+            "entry 的 type 标签必须是 message 或 metadata"
+        );
     }
 
     #[test]
@@ -216,14 +248,30 @@ mod parser {
             panic!("system message 必须解析成 AgentMessage::System，实际是 {entry:?}");
         };
         let sections = system.sections.as_ref().expect("sections 必须保留");
-        assert_eq!(sections.get("old"), Some(&Value::Null), "值为 null 的 section 表示删除，必须原样保留 null");
-        assert_eq!(serde_json::to_value(&entry).expect("entry 总能序列化"), value, "system message 写回时 null 仍是 null");
+        assert_eq!(
+            sections.get("old"),
+            Some(&Value::Null),
+            "值为 null 的 section 表示删除，必须原样保留 null"
+        );
+        assert_eq!(
+            serde_json::to_value(&entry).expect("entry 总能序列化"),
+            value,
+            "system message 写回时 null 仍是 null"
+        );
         let mut bad = value.clone();
         bad["message"]["sections"]["tools"] = json!(3);
-        refused(bad, "message.sections.tools", "section 的值只能是字符串或 null");
+        refused(
+            bad,
+            "message.sections.tools",
+            "section 的值只能是字符串或 null",
+        );
         let mut bad = value;
         bad["message"]["content"] = json!(["你是 pi"]);
-        refused(bad, "message.content", "system message 的 content 必须是字符串");
+        refused(
+            bad,
+            "message.content",
+            "system message 的 content 必须是字符串",
+        );
     }
 
     #[test]
@@ -233,7 +281,11 @@ mod parser {
         refused(extra, "label", "entry 里的未知字段必须拒绝");
         let mut nested = user_entry();
         nested["message"]["content"][0]["bold"] = json!(true);
-        refused(nested, "message.content[0].bold", "内容块里的未知字段必须拒绝");
+        refused(
+            nested,
+            "message.content[0].bold",
+            "内容块里的未知字段必须拒绝",
+        );
         let mut in_message = user_entry();
         in_message["message"]["name"] = json!("me");
         refused(in_message, "message.name", "消息里的未知字段必须拒绝");
@@ -249,10 +301,22 @@ mod parser {
         refused(role, "message.role", "未知的消息角色必须拒绝");
         let mut block = user_entry();
         block["message"]["content"][0] = json!({"type": "image", "data": "..."});
-        refused(block, "message.content[0].type", "user 消息里只能有 text 块");
-        refused(json!(["not", "an", "object"]), "(整行)", "不是 object 的一行必须拒绝");
-        let error = parse(json!({"id": "x", "parentId": null, "timestamp": 1, "type": "label"})).expect_err("未知类型必须拒绝");
-        assert!(error.to_string().contains("type"), "中文错误信息必须说出字段名，实际是 {error}");
+        refused(
+            block,
+            "message.content[0].type",
+            "user 消息里只能有 text 块",
+        );
+        refused(
+            json!(["not", "an", "object"]),
+            "(整行)",
+            "不是 object 的一行必须拒绝",
+        );
+        let error = parse(json!({"id": "x", "parentId": null, "timestamp": 1, "type": "label"}))
+            .expect_err("未知类型必须拒绝");
+        assert!(
+            error.to_string().contains("type"),
+            "中文错误信息必须说出字段名，实际是 {error}"
+        );
     }
 
     #[test]
@@ -260,10 +324,20 @@ mod parser {
         let cases = [
             ("id", json!(""), "id", "id 不能是空字符串"),
             ("id", json!(7), "id", "id 必须是字符串"),
-            ("parentId", json!(3), "parentId", "parentId 必须是字符串或 null"),
+            (
+                "parentId",
+                json!(3),
+                "parentId",
+                "parentId 必须是字符串或 null",
+            ),
             ("timestamp", json!(-1), "timestamp", "timestamp 不能是负数"),
             ("timestamp", json!(1.5), "timestamp", "timestamp 必须是整数"),
-            ("timestamp", json!("1000"), "timestamp", "timestamp 不能是字符串"),
+            (
+                "timestamp",
+                json!("1000"),
+                "timestamp",
+                "timestamp 不能是字符串",
+            ),
         ];
         for (key, bad, field, rule) in cases {
             let mut value = user_entry();
@@ -271,10 +345,18 @@ mod parser {
             refused(value, field, rule);
         }
         let mut missing = user_entry();
-        missing.as_object_mut().expect("user_entry 是 object").remove("parentId");
-        refused(missing, "parentId", "parentId 必须写出来：根写 null，不能省略");
+        missing
+            .as_object_mut()
+            .expect("user_entry 是 object")
+            .remove("parentId");
+        refused(
+            missing,
+            "parentId",
+            "parentId 必须写出来：根写 null，不能省略",
+        );
         let (_, result) = tool_turn();
-        let mut value = serde_json::to_value(SessionEntry::message("r", None, 1, result)).expect("entry 总能序列化");
+        let mut value = serde_json::to_value(SessionEntry::message("r", None, 1, result))
+            .expect("entry 总能序列化");
         value["message"]["isError"] = json!("no");
         refused(value, "message.isError", "isError 必须是布尔值");
     }
@@ -285,12 +367,25 @@ mod parser {
         let metadata = |value: Value| json!({"id": "m", "parentId": null, "timestamp": 1, "type": "metadata", "key": "k", "value": value});
         parse(metadata(json!(safe))).expect("2^53 - 1 还在安全范围内，必须接受");
         parse(metadata(json!(-0.25))).expect("普通小数必须接受");
-        refused(metadata(json!(safe + 1)), "value", "超出 2^53 - 1 的整数必须拒绝");
-        refused(metadata(json!({"big": [1, -(safe as i64) - 1]})), "value.big[1]", "嵌套的不安全负整数也必须拒绝，并指出位置");
+        refused(
+            metadata(json!(safe + 1)),
+            "value",
+            "超出 2^53 - 1 的整数必须拒绝",
+        );
+        refused(
+            metadata(json!({"big": [1, -(safe as i64) - 1]})),
+            "value.big[1]",
+            "嵌套的不安全负整数也必须拒绝，并指出位置",
+        );
         let (assistant, _) = tool_turn();
-        let mut value = serde_json::to_value(SessionEntry::message("a", None, 1, assistant)).expect("entry 总能序列化");
+        let mut value = serde_json::to_value(SessionEntry::message("a", None, 1, assistant))
+            .expect("entry 总能序列化");
         value["message"]["content"][1]["arguments"]["limit"] = json!(u64::MAX);
-        refused(value, "message.content[1].arguments.limit", "工具参数里的不安全整数必须拒绝");
+        refused(
+            value,
+            "message.content[1].arguments.limit",
+            "工具参数里的不安全整数必须拒绝",
+        );
         let mut late = user_entry();
         late["timestamp"] = json!(safe + 1);
         refused(late, "timestamp", "timestamp 也不能超出 2^53 - 1");
@@ -309,9 +404,21 @@ mod memory_store {
         entry.parent_id = Some("a".into());
         let second = store.append(&entry);
         entry.id = "changed".into();
-        assert_eq!(soon(second, "内存 append 不该等待").await, Ok(()), "父节点在更早的调用里已被接受，子节点必须接受");
-        assert_eq!(soon(first, "内存 append 不该等待").await, Ok(()), "根 entry 必须接受");
-        assert_eq!(ids(&store.entries()), ["a", "b"], "提交顺序必须是调用顺序，而不是 await 的顺序；entry 必须在调用时取快照");
+        assert_eq!(
+            soon(second, "内存 append 不该等待").await,
+            Ok(()),
+            "父节点在更早的调用里已被接受，子节点必须接受"
+        );
+        assert_eq!(
+            soon(first, "内存 append 不该等待").await,
+            Ok(()),
+            "根 entry 必须接受"
+        );
+        assert_eq!(
+            ids(&store.entries()),
+            ["a", "b"],
+            "提交顺序必须是调用顺序，而不是 await 的顺序；entry 必须在调用时取快照"
+        );
     }
 
     #[tokio::test]
@@ -319,7 +426,11 @@ mod memory_store {
         let store = InMemorySessionStore::new();
         let root = message("root", None, "根");
         drop(store.append(&root));
-        assert_eq!(ids(&store.entries()), ["root"], "append 在调用时就提交：丢掉返回的 future 不能丢掉这次提交");
+        assert_eq!(
+            ids(&store.entries()),
+            ["root"],
+            "append 在调用时就提交：丢掉返回的 future 不能丢掉这次提交"
+        );
         let again = store.append(&root);
         assert_eq!(
             soon(again, "内存 append 不该等待").await,
@@ -335,7 +446,11 @@ mod memory_store {
         let orphan = store.append(&message("x", Some("ghost"), "x"));
         let dup = store.append(&message("a", None, "又一个 a"));
         let child = store.append(&message("b", Some("a"), "b"));
-        assert_eq!(soon(ok, "内存 append 不该等待").await, Ok(()), "第一个 a 必须接受");
+        assert_eq!(
+            soon(ok, "内存 append 不该等待").await,
+            Ok(()),
+            "第一个 a 必须接受"
+        );
         assert_eq!(
             soon(orphan, "内存 append 不该等待").await,
             Err(AppendError::MissingParent {
@@ -344,21 +459,51 @@ mod memory_store {
             }),
             "父节点不存在的 entry 必须拒绝"
         );
-        assert_eq!(soon(dup, "内存 append 不该等待").await, Err(AppendError::DuplicateId("a".into())), "重复 id 必须拒绝");
-        assert_eq!(soon(child, "内存 append 不该等待").await, Ok(()), "被拒绝的 append 之后，合法的 append 照常接受");
-        assert_eq!(ids(&store.entries()), ["a", "b"], "被拒绝的 entry 不能进入 store，也不能打乱其余 entry 的顺序");
+        assert_eq!(
+            soon(dup, "内存 append 不该等待").await,
+            Err(AppendError::DuplicateId("a".into())),
+            "重复 id 必须拒绝"
+        );
+        assert_eq!(
+            soon(child, "内存 append 不该等待").await,
+            Ok(()),
+            "被拒绝的 append 之后，合法的 append 照常接受"
+        );
+        assert_eq!(
+            ids(&store.entries()),
+            ["a", "b"],
+            "被拒绝的 entry 不能进入 store，也不能打乱其余 entry 的顺序"
+        );
         let retried = store.append(&message("x", None, "x 作为根"));
-        assert_eq!(soon(retried, "内存 append 不该等待").await, Ok(()), "被拒绝的 append 不能占用它的 id");
+        assert_eq!(
+            soon(retried, "内存 append 不该等待").await,
+            Ok(()),
+            "被拒绝的 append 不能占用它的 id"
+        );
     }
 
     #[tokio::test]
     async fn entries_are_a_copy_and_roots_may_repeat() {
         let store = InMemorySessionStore::new();
-        soon(store.append(&message("a", None, "a")), "内存 append 不该等待").await.expect("a 必须接受");
-        soon(store.append(&message("z", None, "另一棵树")), "内存 append 不该等待").await.expect("一个文件里可以有多个根");
+        soon(
+            store.append(&message("a", None, "a")),
+            "内存 append 不该等待",
+        )
+        .await
+        .expect("a 必须接受");
+        soon(
+            store.append(&message("z", None, "另一棵树")),
+            "内存 append 不该等待",
+        )
+        .await
+        .expect("一个文件里可以有多个根");
         let mut copy = store.entries();
         copy.clear();
-        assert_eq!(ids(&store.entries()), ["a", "z"], "entries() 返回的是副本，改它不能改到 store");
+        assert_eq!(
+            ids(&store.entries()),
+            ["a", "z"],
+            "entries() 返回的是副本，改它不能改到 store"
+        );
     }
 }
 
@@ -375,9 +520,17 @@ mod recover {
         let b = message("b", Some("a"), "b");
         let body = format!("{}\n   \n{}\r\n", line(&a), line(&b).trim_end());
         let read = recover_jsonl(body.as_bytes()).expect("只有空行和完整的行，必须能读");
-        assert_eq!(read.entries, vec![a, b], "每个完整的行都是一个 entry，空行（包括只有空白的行）跳过");
+        assert_eq!(
+            read.entries,
+            vec![a, b],
+            "每个完整的行都是一个 entry，空行（包括只有空白的行）跳过"
+        );
         assert_eq!(read.warnings, vec![], "完整的文件没有警告");
-        assert_eq!(recover_jsonl(b""), Ok(SessionRead::default()), "0 字节的文件是一个空会话，不是错误");
+        assert_eq!(
+            recover_jsonl(b""),
+            Ok(SessionRead::default()),
+            "0 字节的文件是一个空会话，不是错误"
+        );
     }
 
     #[test]
@@ -386,8 +539,16 @@ mod recover {
         let b = message("b", Some("a"), "b");
         let body = format!("{}\n{}", text(&[a.clone()]), line(&b).trim_end());
         let read = recover_jsonl(body.as_bytes()).expect("无换行的尾部只是警告");
-        assert_eq!(read.entries, vec![a], "没有换行的尾部即使是完整的 JSON 也没有提交，不能成为 entry");
-        assert_eq!(read.warnings, vec![Warning::UnterminatedTail { line: 3 }], "警告必须给出尾部的物理行号（空行也计数）");
+        assert_eq!(
+            read.entries,
+            vec![a],
+            "没有换行的尾部即使是完整的 JSON 也没有提交，不能成为 entry"
+        );
+        assert_eq!(
+            read.warnings,
+            vec![Warning::UnterminatedTail { line: 3 }],
+            "警告必须给出尾部的物理行号（空行也计数）"
+        );
         assert_eq!(read.torn_tail(), Some(3), "torn_tail() 必须报告那一行");
     }
 
@@ -397,25 +558,53 @@ mod recover {
         for tail in ["{\"id\":\"b\",\"par", "not json at all", "\u{7f}", "}"] {
             let body = format!("{}{tail}", line(&a));
             let read = recover_jsonl(body.as_bytes()).expect("无换行的尾部无论是什么都只是警告");
-            assert_eq!(read.entries, vec![a.clone()], "尾部 {tail:?} 没有提交，不能成为 entry");
-            assert_eq!(read.warnings, vec![Warning::UnterminatedTail { line: 2 }], "尾部 {tail:?} 必须报告为第 2 行的警告");
+            assert_eq!(
+                read.entries,
+                vec![a.clone()],
+                "尾部 {tail:?} 没有提交，不能成为 entry"
+            );
+            assert_eq!(
+                read.warnings,
+                vec![Warning::UnterminatedTail { line: 2 }],
+                "尾部 {tail:?} 必须报告为第 2 行的警告"
+            );
         }
         let only = recover_jsonl(b"{\"half\":").expect("只有一段残行的文件只是警告");
-        assert_eq!(only.warnings, vec![Warning::UnterminatedTail { line: 1 }], "只有残行时它就是第 1 行");
+        assert_eq!(
+            only.warnings,
+            vec![Warning::UnterminatedTail { line: 1 }],
+            "只有残行时它就是第 1 行"
+        );
         let mut invalid_utf8 = line(&a).into_bytes();
         invalid_utf8.extend_from_slice(&[0xe4, 0xbd]);
         let cut = recover_jsonl(&invalid_utf8).expect("被截断在多字节字符中间的尾部也只是警告");
-        assert_eq!(cut.entries, vec![a], "截断的 UTF-8 尾部不能影响前面已提交的行");
+        assert_eq!(
+            cut.entries,
+            vec![a],
+            "截断的 UTF-8 尾部不能影响前面已提交的行"
+        );
     }
 
     #[test]
     fn a_bad_terminated_line_is_an_error_with_its_physical_line() {
         let a = message("a", None, "a");
-        let body = format!("{}\n{{\"id\": broken}}\n{}", line(&a), line(&message("b", Some("a"), "b")));
-        let error = recover_jsonl(body.as_bytes()).expect_err("已换行的坏 JSON 是已提交的损坏，必须报错");
+        let body = format!(
+            "{}\n{{\"id\": broken}}\n{}",
+            line(&a),
+            line(&message("b", Some("a"), "b"))
+        );
+        let error =
+            recover_jsonl(body.as_bytes()).expect_err("已换行的坏 JSON 是已提交的损坏，必须报错");
         assert_eq!(error.line, 3, "坏行的行号必须是物理行号：空行也要计数");
-        assert!(matches!(error.problem, LineProblem::NotJson(_)), "坏 JSON 必须报 NotJson，实际是 {:?}", error.problem);
-        assert!(error.to_string().contains("第 3 行"), "中文错误信息必须写出行号，实际是 {error}");
+        assert!(
+            matches!(error.problem, LineProblem::NotJson(_)),
+            "坏 JSON 必须报 NotJson，实际是 {:?}",
+            error.problem
+        );
+        assert!(
+            error.to_string().contains("第 3 行"),
+            "中文错误信息必须写出行号，实际是 {error}"
+        );
         let bytes = [line(&a).as_bytes(), &[0xff, 0xfe, b'\n']].concat();
         assert_eq!(
             recover_jsonl(&bytes).map_err(|error| (error.line, error.problem)),
@@ -429,10 +618,13 @@ mod recover {
         let a = message("a", None, "a");
         let unknown = r#"{"id":"b","parentId":"a","timestamp":1,"type":"label","text":"x"}"#;
         let body = format!("{}{unknown}\n{{\"tail\":", line(&a));
-        let error = recover_jsonl(body.as_bytes()).expect_err("已换行的未知 entry 必须报错，即使后面还有残行");
+        let error = recover_jsonl(body.as_bytes())
+            .expect_err("已换行的未知 entry 必须报错，即使后面还有残行");
         assert_eq!(error.line, 2, "schema 错误也必须报告物理行号");
         match &error.problem {
-            LineProblem::NotEntry(entry_error) => assert_eq!(entry_error.field, "type", "schema 错误必须指出字段"),
+            LineProblem::NotEntry(entry_error) => {
+                assert_eq!(entry_error.field, "type", "schema 错误必须指出字段")
+            }
             other => panic!("合法 JSON 但不是 entry 时必须报 NotEntry，实际是 {other:?}"),
         }
     }
@@ -461,7 +653,11 @@ mod jsonl_store {
     }
 
     async fn append(store: &JsonlSessionStore, entry: &SessionEntry) -> Result<(), AppendError> {
-        soon(store.append(entry), "append 的 future 必须在 writer 写完后完成").await
+        soon(
+            store.append(entry),
+            "append 的 future 必须在 writer 写完后完成",
+        )
+        .await
     }
 
     /// A fresh directory under the system temp dir.
@@ -484,18 +680,47 @@ mod jsonl_store {
         let io = memory_with(&old);
         let first = open(&io);
         assert_eq!(first.health(), Health::Ready, "完整的文件打开后可以写");
-        assert_eq!(first.entries(), vec![a.clone()], "打开时必须读出已有的 entry");
+        assert_eq!(
+            first.entries(),
+            vec![a.clone()],
+            "打开时必须读出已有的 entry"
+        );
         let b = message("b", Some("a"), "b");
-        assert_eq!(append(&first, &b).await, Ok(()), "父节点在文件里的 entry 必须接受");
-        assert_eq!(on_disk(&io), format!("{old}{}", line(&b)), "追加必须保留旧字节作为前缀，新行写在最后");
+        assert_eq!(
+            append(&first, &b).await,
+            Ok(()),
+            "父节点在文件里的 entry 必须接受"
+        );
+        assert_eq!(
+            on_disk(&io),
+            format!("{old}{}", line(&b)),
+            "追加必须保留旧字节作为前缀，新行写在最后"
+        );
         let second = open(&io);
-        assert_eq!(second.entries(), vec![a, b.clone()], "另一个实例重开时必须看到之前提交的全部 entry");
+        assert_eq!(
+            second.entries(),
+            vec![a, b.clone()],
+            "另一个实例重开时必须看到之前提交的全部 entry"
+        );
         let c = message("c", Some("b"), "c");
-        assert_eq!(append(&second, &c).await, Ok(()), "重开后父节点来自文件，必须接受");
-        assert_eq!(append(&second, &b).await, Err(AppendError::DuplicateId("b".into())), "文件里已有的 id 重开后也不能再用");
+        assert_eq!(
+            append(&second, &c).await,
+            Ok(()),
+            "重开后父节点来自文件，必须接受"
+        );
+        assert_eq!(
+            append(&second, &b).await,
+            Err(AppendError::DuplicateId("b".into())),
+            "文件里已有的 id 重开后也不能再用"
+        );
         let fresh = Arc::new(MemoryFileIo::new());
-        let created = JsonlSessionStore::open(&file(), fresh.clone()).expect("不存在的文件必须被创建");
-        assert_eq!((created.entries(), on_disk(&fresh)), (vec![], String::new()), "新建的会话文件是空的");
+        let created =
+            JsonlSessionStore::open(&file(), fresh.clone()).expect("不存在的文件必须被创建");
+        assert_eq!(
+            (created.entries(), on_disk(&fresh)),
+            (vec![], String::new()),
+            "新建的会话文件是空的"
+        );
     }
 
     #[tokio::test]
@@ -503,14 +728,27 @@ mod jsonl_store {
         let path = scratch("real").join("session.jsonl");
         let a = message("a", None, "a");
         std::fs::write(&path, line(&a)).expect("测试要能写临时文件");
-        let store = JsonlSessionStore::open(&path, Arc::new(StdFileIo)).expect("已有的真实文件必须能打开");
+        let store =
+            JsonlSessionStore::open(&path, Arc::new(StdFileIo)).expect("已有的真实文件必须能打开");
         let b = message("b", Some("a"), "b");
-        assert_eq!(append(&store, &b).await, Ok(()), "真实文件上的 append 必须成功");
+        assert_eq!(
+            append(&store, &b).await,
+            Ok(()),
+            "真实文件上的 append 必须成功"
+        );
         drop(store);
         let text = std::fs::read_to_string(&path).expect("会话文件必须还在");
-        assert_eq!(text, format!("{}{}", line(&a), line(&b)), "打开真实文件不能截断它，新行接在旧字节后面");
+        assert_eq!(
+            text,
+            format!("{}{}", line(&a), line(&b)),
+            "打开真实文件不能截断它，新行接在旧字节后面"
+        );
         let reopened = JsonlSessionStore::open(&path, Arc::new(StdFileIo)).expect("必须能重开");
-        assert_eq!(ids(&reopened.entries()), ["a", "b"], "重开真实文件必须读回两条 entry");
+        assert_eq!(
+            ids(&reopened.entries()),
+            ["a", "b"],
+            "重开真实文件必须读回两条 entry"
+        );
         let _ = std::fs::remove_dir_all(path.parent().expect("有父目录"));
     }
 
@@ -528,13 +766,33 @@ mod jsonl_store {
         entry.parent_id = Some("b".into());
         let third = store.append(&entry);
         entry.timestamp = 99;
-        assert_eq!(soon(third, "append 必须完成").await, Ok(()), "c 的父节点 b 在更早的调用里，必须接受");
+        assert_eq!(
+            soon(third, "append 必须完成").await,
+            Ok(()),
+            "c 的父节点 b 在更早的调用里，必须接受"
+        );
         assert_eq!(soon(second, "append 必须完成").await, Ok(()), "b 必须接受");
         assert_eq!(soon(first, "append 必须完成").await, Ok(()), "a 必须接受");
-        let c = SessionEntry { timestamp: 1_000, ..entry };
-        let expected = format!("{}{}{}", line(&message("a", None, "a")), line(&expected_b), line(&c));
-        assert_eq!(on_disk(&io), expected, "行必须按调用顺序写入，内容是调用那一刻的 entry，每行以换行结束");
-        assert_eq!(ids(&store.entries()), ["a", "b", "c"], "entries() 必须按文件顺序");
+        let c = SessionEntry {
+            timestamp: 1_000,
+            ..entry
+        };
+        let expected = format!(
+            "{}{}{}",
+            line(&message("a", None, "a")),
+            line(&expected_b),
+            line(&c)
+        );
+        assert_eq!(
+            on_disk(&io),
+            expected,
+            "行必须按调用顺序写入，内容是调用那一刻的 entry，每行以换行结束"
+        );
+        assert_eq!(
+            ids(&store.entries()),
+            ["a", "b", "c"],
+            "entries() 必须按文件顺序"
+        );
     }
 
     #[tokio::test]
@@ -545,7 +803,11 @@ mod jsonl_store {
         let pending = store.append(&a);
         let dup = store.append(&a);
         let orphan = store.append(&message("x", Some("ghost"), "x"));
-        assert_eq!(soon(dup, "append 必须完成").await, Err(AppendError::DuplicateId("a".into())), "已排队但还没写的 id 也算已占用");
+        assert_eq!(
+            soon(dup, "append 必须完成").await,
+            Err(AppendError::DuplicateId("a".into())),
+            "已排队但还没写的 id 也算已占用"
+        );
         assert_eq!(
             soon(orphan, "append 必须完成").await,
             Err(AppendError::MissingParent {
@@ -554,7 +816,11 @@ mod jsonl_store {
             }),
             "父节点不存在的 entry 必须拒绝"
         );
-        assert_eq!(soon(pending, "append 必须完成").await, Ok(()), "被拒绝的 append 不能影响排在前面的 append");
+        assert_eq!(
+            soon(pending, "append 必须完成").await,
+            Ok(()),
+            "被拒绝的 append 不能影响排在前面的 append"
+        );
         assert_eq!(on_disk(&io), line(&a), "被拒绝的 append 一个字节也不能写");
     }
 
@@ -569,13 +835,35 @@ mod jsonl_store {
         let failing = store.append(&b);
         let queued = store.append(&message("c", Some("a"), "c"));
         let failed = soon(failing, "失败的 append 也必须完成").await;
-        assert!(matches!(failed, Err(AppendError::Io(_))), "写入失败的 append 必须报 Io 错误，实际是 {failed:?}");
-        assert_eq!(soon(queued, "排队的 append 必须完成").await, Err(AppendError::Tainted), "失败之后排队的行不能写：文件末尾可能是半行");
-        assert_eq!(store.health(), Health::Tainted, "I/O 失败后 store 必须是 Tainted");
-        assert_eq!(append(&store, &message("d", Some("a"), "d")).await, Err(AppendError::Tainted), "Tainted 之后的新 append 必须立刻拒绝");
-        assert_eq!(on_disk(&io), format!("{}{}", line(&a), &line(&b)[..12]), "失败后不能再写任何字节");
+        assert!(
+            matches!(failed, Err(AppendError::Io(_))),
+            "写入失败的 append 必须报 Io 错误，实际是 {failed:?}"
+        );
+        assert_eq!(
+            soon(queued, "排队的 append 必须完成").await,
+            Err(AppendError::Tainted),
+            "失败之后排队的行不能写：文件末尾可能是半行"
+        );
+        assert_eq!(
+            store.health(),
+            Health::Tainted,
+            "I/O 失败后 store 必须是 Tainted"
+        );
+        assert_eq!(
+            append(&store, &message("d", Some("a"), "d")).await,
+            Err(AppendError::Tainted),
+            "Tainted 之后的新 append 必须立刻拒绝"
+        );
+        assert_eq!(
+            on_disk(&io),
+            format!("{}{}", line(&a), &line(&b)[..12]),
+            "失败后不能再写任何字节"
+        );
         assert_eq!(ids(&store.entries()), ["a"], "写失败的 entry 不能算已提交");
-        assert!(matches!(store.repair(), Err(RepairError::Tainted)), "Tainted 的 writer 不能修复文件，必须先重开");
+        assert!(
+            matches!(store.repair(), Err(RepairError::Tainted)),
+            "Tainted 的 writer 不能修复文件，必须先重开"
+        );
     }
 
     #[tokio::test]
@@ -585,8 +873,16 @@ mod jsonl_store {
         let torn = format!("{}{}", line(&a), &line(&b)[..20]);
         let io = memory_with(&torn);
         let store = open(&io);
-        assert_eq!(store.health(), Health::NeedsRepair { tail_line: 2 }, "有残行的文件必须只读打开，并指出残行的行号");
-        assert_eq!(store.entries(), vec![a.clone()], "只读打开时已提交的 entry 照常可读");
+        assert_eq!(
+            store.health(),
+            Health::NeedsRepair { tail_line: 2 },
+            "有残行的文件必须只读打开，并指出残行的行号"
+        );
+        assert_eq!(
+            store.entries(),
+            vec![a.clone()],
+            "只读打开时已提交的 entry 照常可读"
+        );
         assert_eq!(
             append(&store, &message("c", Some("a"), "c")).await,
             Err(AppendError::NeedsRepair { tail_line: 2 }),
@@ -597,10 +893,26 @@ mod jsonl_store {
         assert_eq!(dropped, 20, "repair 必须返回丢掉的字节数");
         assert_eq!(on_disk(&io), line(&a), "repair 必须把文件截到最后一个换行");
         assert_eq!(store.health(), Health::Ready, "修复后可以写");
-        assert_eq!(append(&store, &b).await, Ok(()), "修复后残行里的 id 可以重新写");
-        assert_eq!(on_disk(&io), format!("{}{}", line(&a), line(&b)), "修复后的追加接在最后一个完整的行后面");
-        assert_eq!(store.repair().expect("没有残行时 repair 什么都不做"), 0, "没有残行时 repair 不能截掉任何字节");
-        assert_eq!(on_disk(&io), format!("{}{}", line(&a), line(&b)), "没有残行时 repair 不能改文件");
+        assert_eq!(
+            append(&store, &b).await,
+            Ok(()),
+            "修复后残行里的 id 可以重新写"
+        );
+        assert_eq!(
+            on_disk(&io),
+            format!("{}{}", line(&a), line(&b)),
+            "修复后的追加接在最后一个完整的行后面"
+        );
+        assert_eq!(
+            store.repair().expect("没有残行时 repair 什么都不做"),
+            0,
+            "没有残行时 repair 不能截掉任何字节"
+        );
+        assert_eq!(
+            on_disk(&io),
+            format!("{}{}", line(&a), line(&b)),
+            "没有残行时 repair 不能改文件"
+        );
     }
 
     #[tokio::test]
@@ -610,15 +922,32 @@ mod jsonl_store {
         let store = open(&io);
         io.fail_next_append(0);
         let failed = append(&store, &message("b", Some("a"), "b")).await;
-        assert!(matches!(failed, Err(AppendError::Io(_))), "注入的故障必须报 Io 错误，实际是 {failed:?}");
+        assert!(
+            matches!(failed, Err(AppendError::Io(_))),
+            "注入的故障必须报 Io 错误，实际是 {failed:?}"
+        );
         drop(store);
         let reopened = open(&io);
-        assert_eq!(reopened.health(), Health::Ready, "失败时一个字节都没写，重开后文件是完整的，可以写");
-        assert_eq!(append(&reopened, &message("b", Some("a"), "b")).await, Ok(()), "重开后可以再写那条 entry");
-        let damaged = format!("{}{{oops}}\n{}", line(&a), line(&message("b", Some("a"), "b")));
+        assert_eq!(
+            reopened.health(),
+            Health::Ready,
+            "失败时一个字节都没写，重开后文件是完整的，可以写"
+        );
+        assert_eq!(
+            append(&reopened, &message("b", Some("a"), "b")).await,
+            Ok(()),
+            "重开后可以再写那条 entry"
+        );
+        let damaged = format!(
+            "{}{{oops}}\n{}",
+            line(&a),
+            line(&message("b", Some("a"), "b"))
+        );
         let broken = memory_with(&damaged);
         match JsonlSessionStore::open(&file(), broken.clone()) {
-            Err(OpenError::Damaged(error)) => assert_eq!(error.line, 2, "打开损坏的文件必须指出损坏的行号"),
+            Err(OpenError::Damaged(error)) => {
+                assert_eq!(error.line, 2, "打开损坏的文件必须指出损坏的行号")
+            }
             Err(other) => panic!("中间有坏行时必须报 Damaged，实际是 {other}"),
             Ok(_) => panic!("中间有坏行的文件不能打开：它不是课程写的会话"),
         }
@@ -631,11 +960,28 @@ mod jsonl_store {
         let path = dir.join("torn.jsonl");
         let a = message("a", None, "a");
         std::fs::write(&path, format!("{}{{\"id\":\"b\",", line(&a))).expect("测试要能写临时文件");
-        let store = JsonlSessionStore::open(&path, Arc::new(StdFileIo)).expect("有残行的真实文件必须能只读打开");
-        assert_eq!(store.health(), Health::NeedsRepair { tail_line: 2 }, "真实文件的残行也必须只读打开");
-        assert_eq!(store.repair().expect("真实文件必须能修复"), 9, "repair 必须返回丢掉的字节数");
-        assert_eq!(std::fs::read_to_string(&path).expect("文件还在"), line(&a), "repair 必须把真实文件截到最后一个换行");
-        assert_eq!(append(&store, &message("b", Some("a"), "b")).await, Ok(()), "修复后可以写");
+        let store = JsonlSessionStore::open(&path, Arc::new(StdFileIo))
+            .expect("有残行的真实文件必须能只读打开");
+        assert_eq!(
+            store.health(),
+            Health::NeedsRepair { tail_line: 2 },
+            "真实文件的残行也必须只读打开"
+        );
+        assert_eq!(
+            store.repair().expect("真实文件必须能修复"),
+            10,
+            "repair 必须返回丢掉的字节数"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("文件还在"),
+            line(&a),
+            "repair 必须把真实文件截到最后一个换行"
+        );
+        assert_eq!(
+            append(&store, &message("b", Some("a"), "b")).await,
+            Ok(()),
+            "修复后可以写"
+        );
         assert_eq!(store.path(), Path::new(&path), "path() 返回打开的文件");
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -667,8 +1013,16 @@ mod messages {
                 .map(text_of)
                 .collect()
         };
-        assert_eq!(texts("u2"), ["读一下 main.rs", "先看看文件", "fn main() {}", "改成 hello"], "只投影活动分支上的消息，按分支顺序");
-        assert_eq!(texts("label"), ["读一下 main.rs", "先看看文件", "fn main() {}", "算了，别改"], "metadata entry 不是消息，投影时跳过，另一条分支的消息不能出现");
+        assert_eq!(
+            texts("u2"),
+            ["读一下 main.rs", "先看看文件", "fn main() {}", "改成 hello"],
+            "只投影活动分支上的消息，按分支顺序"
+        );
+        assert_eq!(
+            texts("label"),
+            ["读一下 main.rs", "先看看文件", "fn main() {}", "算了，别改"],
+            "metadata entry 不是消息，投影时跳过，另一条分支的消息不能出现"
+        );
     }
 
     #[test]
@@ -677,8 +1031,14 @@ mod messages {
         let (assistant, result) = tool_turn();
         let messages = messages_on_path(&entries, "r1").expect("祖先链完整，必须能投影");
         assert_eq!(messages.len(), 3, "r1 的分支上有三条消息");
-        assert_eq!(messages[1], assistant, "工具调用的 id、arguments、rawArguments 与 usage 必须原样保留");
-        assert_eq!(messages[2], result, "工具结果的 toolCallId、details 与 isError 必须原样保留");
+        assert_eq!(
+            messages[1], assistant,
+            "工具调用的 id、arguments、rawArguments 与 usage 必须原样保留"
+        );
+        assert_eq!(
+            messages[2], result,
+            "工具结果的 toolCallId、details 与 isError 必须原样保留"
+        );
     }
 
     #[test]
@@ -691,7 +1051,15 @@ mod messages {
         assert_eq!(entries, session(), "改投影结果不能改到输入的 entry");
         let mut broken = session();
         broken.push(SessionEntry::message("u1", None, 9, user("重复", 9)));
-        assert_eq!(messages_on_path(&broken, "r1"), Err(PathError::DuplicateId("u1".into())), "重复 id 的文件不能投影");
-        assert_eq!(messages_on_path(&entries, "zz"), Err(PathError::UnknownLeaf("zz".into())), "叶子不存在时必须报错，不能投影出空 transcript");
+        assert_eq!(
+            messages_on_path(&broken, "r1"),
+            Err(PathError::DuplicateId("u1".into())),
+            "重复 id 的文件不能投影"
+        );
+        assert_eq!(
+            messages_on_path(&entries, "zz"),
+            Err(PathError::UnknownLeaf("zz".into())),
+            "叶子不存在时必须报错，不能投影出空 transcript"
+        );
     }
 }

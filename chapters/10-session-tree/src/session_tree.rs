@@ -58,7 +58,12 @@ pub enum EntryBody {
 }
 
 impl SessionEntry {
-    pub fn message(id: &str, parent_id: Option<&str>, timestamp: u64, message: AgentMessage) -> Self {
+    pub fn message(
+        id: &str,
+        parent_id: Option<&str>,
+        timestamp: u64,
+        message: AgentMessage,
+    ) -> Self {
         SessionEntry {
             id: id.to_string(),
             parent_id: parent_id.map(str::to_string),
@@ -67,7 +72,13 @@ impl SessionEntry {
         }
     }
 
-    pub fn metadata(id: &str, parent_id: Option<&str>, timestamp: u64, key: &str, value: Value) -> Self {
+    pub fn metadata(
+        id: &str,
+        parent_id: Option<&str>,
+        timestamp: u64,
+        key: &str,
+        value: Value,
+    ) -> Self {
         SessionEntry {
             id: id.to_string(),
             parent_id: parent_id.map(str::to_string),
@@ -272,7 +283,11 @@ impl<'a> Fields<'a> {
                 path: path.to_string(),
             }),
             _ => Err(EntryError {
-                field: if path.is_empty() { "(整行)".into() } else { path.into() },
+                field: if path.is_empty() {
+                    "(整行)".into()
+                } else {
+                    path.into()
+                },
                 problem: "必须是 JSON object".into(),
             }),
         }
@@ -302,7 +317,9 @@ impl<'a> Fields<'a> {
     }
 
     fn get(&self, key: &str) -> Result<&'a Value, EntryError> {
-        self.map.get(key).ok_or_else(|| self.error(key, "缺少这个字段"))
+        self.map
+            .get(key)
+            .ok_or_else(|| self.error(key, "缺少这个字段"))
     }
 
     /// An optional field: absent is `None`; present, it must parse (even `null` is refused).
@@ -407,7 +424,8 @@ impl<'a> Fields<'a> {
                         id: block.non_empty("id")?,
                         name: block.non_empty("name")?,
                         arguments: block.json("arguments")?,
-                        raw_arguments: block.absent_or(|b| b.string("rawArguments"), "rawArguments")?,
+                        raw_arguments: block
+                            .absent_or(|b| b.string("rawArguments"), "rawArguments")?,
                     })
                 }
                 other => return Err(block.error("type", format!("未知的内容块类型 {other:?}"))),
@@ -477,9 +495,14 @@ fn json_safe(value: &Value, field: &str) -> Result<(), EntryError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AppendError {
     DuplicateId(String),
-    MissingParent { id: String, parent: String },
+    MissingParent {
+        id: String,
+        parent: String,
+    },
     /// The file ends in a torn line (1-based): read-only until `repair`.
-    NeedsRepair { tail_line: usize },
+    NeedsRepair {
+        tail_line: usize,
+    },
     /// An earlier write failed; this writer is closed for good.
     Tainted,
     /// This append's own write failed.
@@ -497,7 +520,9 @@ impl fmt::Display for AppendError {
                 f,
                 "会话文件第 {tail_line} 行没有写完（没有换行），修复之前只能读不能写"
             ),
-            AppendError::Tainted => write!(f, "之前的一次写入失败了，这个 writer 已关闭，请重新打开"),
+            AppendError::Tainted => {
+                write!(f, "之前的一次写入失败了，这个 writer 已关闭，请重新打开")
+            }
             AppendError::Io(error) => write!(f, "写入会话文件失败：{error}"),
         }
     }
@@ -643,7 +668,8 @@ pub fn recover_jsonl(bytes: &[u8]) -> Result<SessionRead, RecoverError> {
         // torn tail otherwise. Either way it is not a committed line.
         if lines.peek().is_none() {
             if !line.is_empty() {
-                read.warnings.push(Warning::UnterminatedTail { line: number });
+                read.warnings
+                    .push(Warning::UnterminatedTail { line: number });
             }
             break;
         }
@@ -657,7 +683,8 @@ pub fn recover_jsonl(bytes: &[u8]) -> Result<SessionRead, RecoverError> {
         let text = std::str::from_utf8(line).map_err(|_| failed(LineProblem::NotUtf8))?;
         let value: Value = serde_json::from_str(text)
             .map_err(|error| failed(LineProblem::NotJson(error.to_string())))?;
-        let entry = parse_session_entry(&value).map_err(|error| failed(LineProblem::NotEntry(error)))?;
+        let entry =
+            parse_session_entry(&value).map_err(|error| failed(LineProblem::NotEntry(error)))?;
         read.entries.push(entry);
     }
     Ok(read)
@@ -685,7 +712,11 @@ pub struct StdFileIo;
 
 impl SessionFileIo for StdFileIo {
     fn ensure_file(&self, path: &Path) -> io::Result<()> {
-        OpenOptions::new().create(true).append(true).open(path).map(drop)
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map(drop)
     }
 
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -723,7 +754,9 @@ impl MemoryFileIo {
 
     pub fn with_file(path: &Path, bytes: &[u8]) -> Self {
         let io = Self::new();
-        lock(&io.state).files.insert(path.to_path_buf(), bytes.to_vec());
+        lock(&io.state)
+            .files
+            .insert(path.to_path_buf(), bytes.to_vec());
         io
     }
 
@@ -738,12 +771,18 @@ impl MemoryFileIo {
 }
 
 fn not_found(path: &Path) -> io::Error {
-    io::Error::new(io::ErrorKind::NotFound, format!("{} 不存在", path.display()))
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} 不存在", path.display()),
+    )
 }
 
 impl SessionFileIo for MemoryFileIo {
     fn ensure_file(&self, path: &Path) -> io::Result<()> {
-        lock(&self.state).files.entry(path.to_path_buf()).or_default();
+        lock(&self.state)
+            .files
+            .entry(path.to_path_buf())
+            .or_default();
         Ok(())
     }
 
@@ -780,7 +819,9 @@ impl SessionFileIo for MemoryFileIo {
 pub enum Health {
     Ready,
     /// Read-only: the file ends in a torn line (1-based) that only `repair` may remove.
-    NeedsRepair { tail_line: usize },
+    NeedsRepair {
+        tail_line: usize,
+    },
     /// A write failed; closed until the file is opened again.
     Tainted,
 }
@@ -864,7 +905,8 @@ impl JsonlSessionStore {
             entries: read.entries,
         }));
         let (writer, queue) = mpsc::channel();
-        let (thread_path, thread_io, thread_state) = (path.to_path_buf(), io.clone(), state.clone());
+        let (thread_path, thread_io, thread_state) =
+            (path.to_path_buf(), io.clone(), state.clone());
         thread::spawn(move || write_lines(&thread_path, &*thread_io, &thread_state, queue));
         Ok(JsonlSessionStore {
             path: path.to_path_buf(),
@@ -883,7 +925,7 @@ impl JsonlSessionStore {
     ) -> impl Future<Output = Result<(), AppendError>> + Send + 'static {
         // region: Lab 10.5 JsonlSessionStore::append
         // stub: async move { todo!() }
-        let queued = self.enqueue(entry);
+        let queued = enqueue(&self.state, &self.writer, entry);
         async move {
             match queued?.await {
                 Ok(outcome) => outcome,
@@ -893,34 +935,6 @@ impl JsonlSessionStore {
         }
         // endregion
     }
-
-    // region: Lab 10.5 answer-only enqueue
-    fn enqueue(
-        &self,
-        entry: &SessionEntry,
-    ) -> Result<oneshot::Receiver<Result<(), AppendError>>, AppendError> {
-        let mut state = lock(&self.state);
-        match state.health {
-            Health::Ready => {}
-            Health::NeedsRepair { tail_line } => return Err(AppendError::NeedsRepair { tail_line }),
-            Health::Tainted => return Err(AppendError::Tainted),
-        }
-        admit(&mut state.ids, entry)?;
-        let mut line = serde_json::to_vec(entry).map_err(|error| AppendError::Io(error.to_string()))?;
-        line.push(b'\n');
-        let (done, outcome) = oneshot::channel();
-        let pending = Pending {
-            line,
-            entry: entry.clone(),
-            done,
-        };
-        // Sent while the state lock is held, so the queue order is the admission order.
-        self.writer
-            .send(pending)
-            .map_err(|_| AppendError::Tainted)?;
-        Ok(outcome)
-    }
-    // endregion
 
     /// The committed entries, in file order.
     pub fn entries(&self) -> Vec<SessionEntry> {
@@ -962,6 +976,34 @@ impl JsonlSessionStore {
     }
 }
 
+// region: Lab 10.5 answer-only enqueue
+/// Admits and serialises `entry` and hands its line to the writer, all under the state lock.
+fn enqueue(
+    state: &Mutex<StoreState>,
+    writer: &mpsc::Sender<Pending>,
+    entry: &SessionEntry,
+) -> Result<oneshot::Receiver<Result<(), AppendError>>, AppendError> {
+    let mut state = lock(state);
+    match state.health {
+        Health::Ready => {}
+        Health::NeedsRepair { tail_line } => return Err(AppendError::NeedsRepair { tail_line }),
+        Health::Tainted => return Err(AppendError::Tainted),
+    }
+    admit(&mut state.ids, entry)?;
+    let mut line = serde_json::to_vec(entry).map_err(|error| AppendError::Io(error.to_string()))?;
+    line.push(b'\n');
+    let (done, outcome) = oneshot::channel();
+    let pending = Pending {
+        line,
+        entry: entry.clone(),
+        done,
+    };
+    // Sent while the state lock is held, so the queue order is the admission order.
+    writer.send(pending).map_err(|_| AppendError::Tainted)?;
+    Ok(outcome)
+}
+// endregion
+
 // region: Lab 10.5 answer-only write_lines
 /// The writer thread: one line at a time, in queue order. The first failure closes the store;
 /// every line still queued is refused, not written after a possibly torn one.
@@ -998,7 +1040,10 @@ fn write_lines(
 
 /// The messages on the branch ending at `leaf`, in order, owned; metadata entries are not
 /// messages and are left out.
-pub fn messages_on_path(entries: &[SessionEntry], leaf: &str) -> Result<Vec<AgentMessage>, PathError> {
+pub fn messages_on_path(
+    entries: &[SessionEntry],
+    leaf: &str,
+) -> Result<Vec<AgentMessage>, PathError> {
     // region: Lab 10.6 messages_on_path
     Ok(path_to(entries, leaf)?
         .into_iter()
