@@ -63,7 +63,12 @@ pub enum EntryBody {
 }
 
 impl SessionEntry {
-    pub fn message(id: &str, parent_id: Option<&str>, timestamp: u64, message: AgentMessage) -> Self {
+    pub fn message(
+        id: &str,
+        parent_id: Option<&str>,
+        timestamp: u64,
+        message: AgentMessage,
+    ) -> Self {
         SessionEntry {
             id: id.to_string(),
             parent_id: parent_id.map(str::to_string),
@@ -72,7 +77,13 @@ impl SessionEntry {
         }
     }
 
-    pub fn metadata(id: &str, parent_id: Option<&str>, timestamp: u64, key: &str, value: Value) -> Self {
+    pub fn metadata(
+        id: &str,
+        parent_id: Option<&str>,
+        timestamp: u64,
+        key: &str,
+        value: Value,
+    ) -> Self {
         SessionEntry {
             id: id.to_string(),
             parent_id: parent_id.map(str::to_string),
@@ -151,9 +162,14 @@ pub fn parse_session_entry(value: &Value) -> Result<SessionEntry, EntryError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AppendError {
     DuplicateId(String),
-    MissingParent { id: String, parent: String },
+    MissingParent {
+        id: String,
+        parent: String,
+    },
     /// The file ends in a torn line (1-based): read-only until `repair`.
-    NeedsRepair { tail_line: usize },
+    NeedsRepair {
+        tail_line: usize,
+    },
     /// An earlier write failed; this writer is closed for good.
     Tainted,
     /// This append's own write failed.
@@ -171,7 +187,9 @@ impl fmt::Display for AppendError {
                 f,
                 "会话文件第 {tail_line} 行没有写完（没有换行），修复之前只能读不能写"
             ),
-            AppendError::Tainted => write!(f, "之前的一次写入失败了，这个 writer 已关闭，请重新打开"),
+            AppendError::Tainted => {
+                write!(f, "之前的一次写入失败了，这个 writer 已关闭，请重新打开")
+            }
             AppendError::Io(error) => write!(f, "写入会话文件失败：{error}"),
         }
     }
@@ -305,7 +323,11 @@ pub struct StdFileIo;
 
 impl SessionFileIo for StdFileIo {
     fn ensure_file(&self, path: &Path) -> io::Result<()> {
-        OpenOptions::new().create(true).append(true).open(path).map(drop)
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map(drop)
     }
 
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -343,7 +365,9 @@ impl MemoryFileIo {
 
     pub fn with_file(path: &Path, bytes: &[u8]) -> Self {
         let io = Self::new();
-        lock(&io.state).files.insert(path.to_path_buf(), bytes.to_vec());
+        lock(&io.state)
+            .files
+            .insert(path.to_path_buf(), bytes.to_vec());
         io
     }
 
@@ -358,12 +382,18 @@ impl MemoryFileIo {
 }
 
 fn not_found(path: &Path) -> io::Error {
-    io::Error::new(io::ErrorKind::NotFound, format!("{} 不存在", path.display()))
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} 不存在", path.display()),
+    )
 }
 
 impl SessionFileIo for MemoryFileIo {
     fn ensure_file(&self, path: &Path) -> io::Result<()> {
-        lock(&self.state).files.entry(path.to_path_buf()).or_default();
+        lock(&self.state)
+            .files
+            .entry(path.to_path_buf())
+            .or_default();
         Ok(())
     }
 
@@ -400,7 +430,9 @@ impl SessionFileIo for MemoryFileIo {
 pub enum Health {
     Ready,
     /// Read-only: the file ends in a torn line (1-based) that only `repair` may remove.
-    NeedsRepair { tail_line: usize },
+    NeedsRepair {
+        tail_line: usize,
+    },
     /// A write failed; closed until the file is opened again.
     Tainted,
 }
@@ -508,6 +540,9 @@ impl JsonlSessionStore {
 
 /// The messages on the branch ending at `leaf`, in order, owned; metadata entries are not
 /// messages and are left out.
-pub fn messages_on_path(entries: &[SessionEntry], leaf: &str) -> Result<Vec<AgentMessage>, PathError> {
+pub fn messages_on_path(
+    entries: &[SessionEntry],
+    leaf: &str,
+) -> Result<Vec<AgentMessage>, PathError> {
     panic!("Lab 10.6 messages_on_path 尚未实现")
 }
