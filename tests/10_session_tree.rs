@@ -831,9 +831,11 @@ mod jsonl_store {
         let a = message("a", None, "a");
         assert_eq!(append(&store, &a).await, Ok(()), "第一条必须写入");
         io.fail_next_append(12);
+        io.hold();
         let b = message("b", Some("a"), "b");
         let failing = store.append(&b);
         let queued = store.append(&message("c", Some("a"), "c"));
+        io.release();
         let failed = soon(failing, "失败的 append 也必须完成").await;
         assert!(
             matches!(failed, Err(AppendError::Io(_))),

@@ -26,7 +26,7 @@ use std::fs::OpenOptions;
 use std::future::Future;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 
 use serde::Serialize;
@@ -237,7 +237,7 @@ impl InMemorySessionStore {
 
     /// The committed entries, in commit order.
     pub fn entries(&self) -> Vec<SessionEntry> {
-        panic!("Lab 10.3 InMemorySessionStore::entries 尚未实现")
+        lock(&self.state).entries.clone()
     }
 }
 
@@ -261,9 +261,12 @@ pub struct SessionRead {
 impl SessionRead {
     /// The 1-based line of a torn tail, if the text has one.
     pub fn torn_tail(&self) -> Option<usize> {
-        self.warnings.iter().find_map(|warning| match warning {
-            Warning::UnterminatedTail { line } => Some(*line),
-        })
+        self.warnings
+            .iter()
+            .map(|warning| match warning {
+                Warning::UnterminatedTail { line } => *line,
+            })
+            .next()
     }
 }
 
@@ -345,10 +348,13 @@ impl SessionFileIo for StdFileIo {
     }
 }
 
-/// An in-memory file system whose next append can be told to fail after writing a prefix.
+/// An in-memory file system for tests: its next append can be told to fail after writing a
+/// prefix, and appends can be held back until released, so a test decides what is queued
+/// before anything is written (a gate, not a sleep).
 #[derive(Debug, Default)]
 pub struct MemoryFileIo {
     state: Mutex<MemoryFiles>,
+    released: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -356,6 +362,7 @@ struct MemoryFiles {
     files: HashMap<PathBuf, Vec<u8>>,
     /// Bytes the next append writes before it fails.
     fail_next_append: Option<usize>,
+    held: bool,
 }
 
 impl MemoryFileIo {
@@ -374,6 +381,16 @@ impl MemoryFileIo {
     /// The next append writes its first `keep` bytes (at most the whole line), then fails.
     pub fn fail_next_append(&self, keep: usize) {
         lock(&self.state).fail_next_append = Some(keep);
+    }
+
+    /// Appends wait from now on until `release`.
+    pub fn hold(&self) {
+        lock(&self.state).held = true;
+    }
+
+    pub fn release(&self) {
+        lock(&self.state).held = false;
+        self.released.notify_all();
     }
 
     pub fn bytes(&self, path: &Path) -> Option<Vec<u8>> {
@@ -403,6 +420,12 @@ impl SessionFileIo for MemoryFileIo {
 
     fn append(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let mut state = lock(&self.state);
+        while state.held {
+            state = self
+                .released
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
         let fault = state.fail_next_append.take();
         let file = state.files.get_mut(path).ok_or_else(|| not_found(path))?;
         match fault {
