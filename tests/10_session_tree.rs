@@ -424,11 +424,17 @@ mod memory_store {
     #[tokio::test]
     async fn the_decision_is_made_at_the_call() {
         let store = InMemorySessionStore::new();
+        let seed = store.append(&message("seed", None, "种子"));
+        assert_eq!(
+            soon(seed, "内存 append 不该等待").await,
+            Ok(()),
+            "第一个根必须接受"
+        );
         let root = message("root", None, "根");
         drop(store.append(&root));
         assert_eq!(
             ids(&store.entries()),
-            ["root"],
+            ["seed", "root"],
             "append 在调用时就提交：丢掉返回的 future 不能丢掉这次提交"
         );
         let again = store.append(&root);
@@ -537,7 +543,7 @@ mod recover {
     fn a_complete_entry_without_its_newline_is_not_committed() {
         let a = message("a", None, "a");
         let b = message("b", Some("a"), "b");
-        let body = format!("{}\n{}", text(&[a.clone()]), line(&b).trim_end());
+        let body = format!("{}\n{}", text(std::slice::from_ref(&a)), line(&b).trim_end());
         let read = recover_jsonl(body.as_bytes()).expect("无换行的尾部只是警告");
         assert_eq!(
             read.entries,
