@@ -543,7 +543,11 @@ mod recover {
     fn a_complete_entry_without_its_newline_is_not_committed() {
         let a = message("a", None, "a");
         let b = message("b", Some("a"), "b");
-        let body = format!("{}\n{}", text(std::slice::from_ref(&a)), line(&b).trim_end());
+        let body = format!(
+            "{}\n{}",
+            text(std::slice::from_ref(&a)),
+            line(&b).trim_end()
+        );
         let read = recover_jsonl(body.as_bytes()).expect("无换行的尾部只是警告");
         assert_eq!(
             read.entries,
