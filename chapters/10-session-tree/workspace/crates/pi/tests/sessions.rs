@@ -6,9 +6,10 @@ use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use openai_mock::{MockServer, Recorded, Reply};
-use serde_json::Value;
-use tokio::process::Command;
+use openai_mock::{delta, MockServer, Recorded, Reply, Step};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
 
 const KEY: &str = "sk-pi-session-test-77e1";
 
@@ -56,6 +57,46 @@ impl Drop for Scratch {
 }
 
 async fn pi(server: &MockServer, scratch: &Scratch, args: &[&str]) -> Output {
+    let child = command(server, scratch, args)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("能启动 pi");
+    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("pi 必须在 30 秒内结束")
+        .expect("能收集 pi 的输出")
+}
+
+/// An interactive pi whose stdin the test writes to.
+fn interactive(server: &MockServer, scratch: &Scratch, args: &[&str]) -> Child {
+    command(server, scratch, args)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("能启动 pi")
+}
+
+/// Reads `from` until what was read contains `wanted`: a gate on pi's own output, not a sleep.
+async fn read_until(from: &mut (impl AsyncRead + Unpin), wanted: &str) -> String {
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 256];
+    let reading = async {
+        while !String::from_utf8_lossy(&seen).contains(wanted) {
+            let read = from.read(&mut buffer).await.expect("能读 pi 的输出");
+            assert!(
+                read > 0,
+                "pi 在输出“{wanted}”之前就关闭了输出：{}",
+                text(&seen)
+            );
+            seen.extend_from_slice(&buffer[..read]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), reading)
+        .await
+        .expect("30 秒内 pi 必须输出预期的内容");
+    text(&seen)
+}
+
+fn command(server: &MockServer, scratch: &Scratch, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_pi"));
     command
         .env_clear()
@@ -66,15 +107,10 @@ async fn pi(server: &MockServer, scratch: &Scratch, args: &[&str]) -> Output {
         .env("OPENAI_COMPATIBLE_MODEL", "mock-model")
         .current_dir(scratch.work())
         .args(args)
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let child = command.spawn().expect("能启动 pi");
-    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("pi 必须在 30 秒内结束")
-        .expect("能收集 pi 的输出")
+    command
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -275,4 +311,110 @@ async fn damaged_foreign_and_missing_sessions_get_one_line_and_stay_untouched() 
         text(&output.stderr)
     );
     assert!(server.requests().is_empty(), "这些情形都不请求模型");
+}
+
+#[tokio::test]
+async fn a_second_pi_on_the_same_session_is_refused() {
+    let scratch = Scratch::new("lock");
+    let (server, file) = two_runs(&scratch).await;
+    let path = file.to_str().expect("UTF-8 路径");
+    let mut first = interactive(&server, &scratch, &["--session", path]);
+    let mut first_err = first.stderr.take().expect("stderr 是管道");
+    read_until(&mut first_err, "交互模式").await;
+    let before = std::fs::read(&file).expect("可读");
+    let second = pi(&server, &scratch, &["--session", path, "-p", "hi"]).await;
+    assert_eq!(
+        second.status.code(),
+        Some(2),
+        "第一个 pi 还开着这个会话时，第二个不运行"
+    );
+    let stderr = text(&second.stderr);
+    assert!(
+        stderr.contains("另一个 pi"),
+        "说明会话正被另一个 pi 使用：{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("可读"),
+        before,
+        "被拒绝的 pi 一个字节都不写"
+    );
+    drop(first.stdin.take());
+    let status = tokio::time::timeout(Duration::from_secs(30), first.wait())
+        .await
+        .expect("关闭 stdin 后第一个 pi 必须退出")
+        .expect("能等第一个 pi");
+    assert_eq!(status.code(), Some(0), "Ctrl-D 正常退出");
+    let third = pi(&server, &scratch, &["-c", "-p", "刚才的数字是多少？"]).await;
+    assert_eq!(
+        third.status.code(),
+        Some(0),
+        "第一个 pi 退出后会话可以再打开：{}",
+        text(&third.stderr)
+    );
+}
+
+#[tokio::test]
+async fn sigkill_mid_stream_loses_nothing_committed() {
+    let scratch = Scratch::new("kill");
+    let server = MockServer::start(vec![
+        Reply::text("你好，我记住了 42。"),
+        Reply::Stream(vec![
+            Step::event(&delta(json!({"role": "assistant", "content": "我正在想"}))),
+            Step::Hang,
+        ]),
+        Reply::text("是 42。"),
+    ])
+    .await
+    .expect("本地服务器应当能启动");
+    let first = pi(&server, &scratch, &["-p", "记住数字 42"]).await;
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "第一次运行成功：{}",
+        text(&first.stderr)
+    );
+    let file = scratch
+        .session_files()
+        .pop()
+        .expect("第一次运行写了会话文件");
+    let committed = std::fs::read_to_string(&file).expect("可读");
+
+    let mut victim = interactive(&server, &scratch, &["-c"]);
+    let mut stdin = victim.stdin.take().expect("stdin 是管道");
+    stdin
+        .write_all("再想一个数字\n".as_bytes())
+        .await
+        .expect("能写 stdin");
+    let mut stdout = victim.stdout.take().expect("stdout 是管道");
+    read_until(&mut stdout, "我正在想").await;
+    victim.start_kill().expect("能发 SIGKILL");
+    let status = victim.wait().await.expect("能等被杀的 pi");
+    assert_eq!(status.code(), None, "pi 是被信号杀死的");
+
+    let after_kill = std::fs::read_to_string(&file).expect("可读");
+    assert!(
+        after_kill.starts_with(&committed),
+        "被杀之前已提交的每一行原样都在"
+    );
+    assert!(
+        after_kill.ends_with('\n'),
+        "文件末尾没有残行：未完成的回合一行也没写"
+    );
+    let resumed = pi(&server, &scratch, &["-c", "-p", "刚才的数字是多少？"]).await;
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "被杀之后 -c 照常继续：{}",
+        text(&resumed.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(
+        without_system(conversation(&requests[2])),
+        [
+            pair("user", "记住数字 42"),
+            pair("assistant", "你好，我记住了 42。"),
+            pair("user", "刚才的数字是多少？"),
+        ],
+        "继续时模型收到被杀之前已提交的对话，被打断的回合不在其中"
+    );
 }
