@@ -95,18 +95,14 @@ pub struct SessionLog {
 }
 
 impl SessionLog {
-    /// Opens `path` (creating it), checks it is a session of `cwd`, and writes the header
-    /// into a new file. `repair` is the user's consent to cut a torn tail.
+    /// Opens `path` (creating the file, not its directory), checks it is a session of `cwd`,
+    /// and writes the header into a new file. `repair` is the user's consent to cut a torn tail.
     pub async fn open(
         path: &Path,
         cwd: &Path,
         model: &str,
         repair: bool,
     ) -> Result<SessionLog, String> {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|error| format!("无法创建会话目录 {}：{error}", parent.display()))?;
-        }
         let lock = OpenOptions::new()
             .create(true)
             .append(true)
@@ -233,9 +229,14 @@ pub async fn open_log(choice: Choice, config: &Config) -> Result<SessionLog, Str
         .map_err(|error| format!("读不到工作目录 {}：{error}", config.root.display()))?;
     let dir = sessions_dir(choice.dir.as_deref(), |name| std::env::var(name).ok(), &cwd)?;
     let path = match (choice.file, choice.continue_newest) {
+        // A file the user names is opened where it is; pi creates no directories for it.
         (Some(file), _) => file,
         (None, true) => newest_session(&dir)?,
-        (None, false) => new_session_path(&dir),
+        (None, false) => {
+            std::fs::create_dir_all(&dir)
+                .map_err(|error| format!("无法创建会话目录 {}：{error}", dir.display()))?;
+            new_session_path(&dir)
+        }
     };
     SessionLog::open(&path, &cwd, &config.model, choice.repair).await
 }
