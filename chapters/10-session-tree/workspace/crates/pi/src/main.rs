@@ -67,6 +67,9 @@ struct Args {
     /// 会话文件末尾有一行没写完时，截掉它再继续
     #[arg(long)]
     repair: bool,
+    /// 列出这个目录最近的会话，然后退出
+    #[arg(long, conflicts_with_all = ["print", "continue_session", "session"])]
+    resume: bool,
 }
 
 /// clap's own errors are English paragraphs; pi answers bad input with one Chinese line.
@@ -266,6 +269,18 @@ async fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    if args.resume {
+        return match session_store::list_sessions(args.session_dir.as_deref(), &config) {
+            Ok(listing) => {
+                print!("{listing}");
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("pi：{message}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        };
+    }
     let max_steps = args.max_steps as usize;
     let session = match Session::new(&config, max_steps) {
         Ok(session) => session,

@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pi_course::session_tree::{
-    messages_on_path, EntryBody, Health, JsonlSessionStore, OpenError, SessionEntry, StdFileIo,
+    messages_on_path, recover_jsonl, EntryBody, Health, JsonlSessionStore, OpenError, SessionEntry,
+    StdFileIo,
 };
-use pi_course::types::{now_ms, AgentMessage};
+use pi_course::types::{now_ms, text_of, AgentMessage};
 use serde_json::json;
 
 use crate::config::Config;
@@ -81,6 +82,54 @@ pub fn newest_session(dir: &Path) -> Result<PathBuf, String> {
                 dir.display()
             )
         })
+}
+
+/// `pi --resume`: this directory's sessions, newest first, each with its first task. Reads
+/// only; a damaged file is listed as damaged instead of failing the whole list.
+pub fn list_sessions(dir: Option<&Path>, config: &Config) -> Result<String, String> {
+    let cwd = std::fs::canonicalize(&config.root)
+        .map_err(|error| format!("读不到工作目录 {}：{error}", config.root.display()))?;
+    let dir = sessions_dir(dir, |name| std::env::var(name).ok(), &cwd)?;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+        .collect();
+    if files.is_empty() {
+        return Err(format!("这个目录还没有会话（{}）", dir.display()));
+    }
+    files.sort_by(|a, b| b.cmp(a));
+    let mut listing = String::new();
+    for (number, file) in files.iter().enumerate() {
+        listing.push_str(&format!(
+            "{}. {}  {}\n",
+            number + 1,
+            file.display(),
+            first_task(file)
+        ));
+    }
+    listing.push_str("用 pi --session <文件> 继续其中一个，pi -c 继续第 1 个\n");
+    Ok(listing)
+}
+
+/// The first user message of a session file, or what is wrong with the file.
+fn first_task(file: &Path) -> String {
+    let read = match std::fs::read(file).map(|bytes| recover_jsonl(&bytes)) {
+        Ok(Ok(read)) => read,
+        Ok(Err(error)) => return format!("（已损坏：{error}）"),
+        Err(error) => return format!("（读不了：{error}）"),
+    };
+    read.entries
+        .iter()
+        .find_map(|entry| match &entry.body {
+            EntryBody::Message {
+                message: message @ AgentMessage::User(_),
+            } => Some(text_of(message).replace('\n', " ")),
+            _ => None,
+        })
+        .unwrap_or_else(|| "（还没有任务）".to_string())
 }
 
 /// An open session: the learner's store plus the lock that keeps a second pi out.

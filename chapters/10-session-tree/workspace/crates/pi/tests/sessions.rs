@@ -418,3 +418,49 @@ async fn sigkill_mid_stream_loses_nothing_committed() {
         "继续时模型收到被杀之前已提交的对话，被打断的回合不在其中"
     );
 }
+
+#[tokio::test]
+async fn resume_lists_this_directorys_sessions_newest_first() {
+    let scratch = Scratch::new("resume");
+    let (server, older) = two_runs(&scratch).await;
+    let before = std::fs::read(&older).expect("可读");
+    let newer = pi(&server, &scratch, &["-p", "新的任务\n第二行"]).await;
+    assert_eq!(
+        newer.status.code(),
+        Some(0),
+        "不带 -c 的运行开始新会话：{}",
+        text(&newer.stderr)
+    );
+    let files = scratch.session_files();
+    assert_eq!(files.len(), 2, "两个会话文件");
+    let newest = files
+        .iter()
+        .find(|file| **file != older)
+        .expect("有一个新文件");
+    let listing = pi(&server, &scratch, &["--resume"]).await;
+    assert_eq!(
+        listing.status.code(),
+        Some(0),
+        "--resume 成功：{}",
+        text(&listing.stderr)
+    );
+    assert_eq!(
+        text(&listing.stdout),
+        format!(
+            "1. {}  新的任务 第二行\n2. {}  记住数字 42\n用 pi --session <文件> 继续其中一个，pi -c 继续第 1 个\n",
+            newest.display(),
+            older.display()
+        ),
+        "--resume 按新旧列出会话和各自的第一个任务"
+    );
+    assert_eq!(
+        std::fs::read(&older).expect("可读"),
+        before,
+        "--resume 只读，不写"
+    );
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "--resume 不请求模型：两次运行，两个请求"
+    );
+}
