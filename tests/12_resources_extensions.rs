@@ -163,7 +163,7 @@ mod skills {
         assert_eq!(
             (front_matter.name.as_str(), body),
             ("x", "body\r\n"),
-            "CRLF 行尾不能进入值，正文原样保留"
+            "单引号也要去掉，CRLF 行尾不能进入值，正文原样保留"
         );
     }
 
@@ -179,8 +179,10 @@ mod skills {
             ("---\nname: x\ndescription: z\n", 4, "结束"),
         ];
         for (text, line, words) in cases {
-            let error = parse_front_matter(text).expect_err("不合规的 front matter 必须拒绝");
-            assert_eq!(error.line, line, "错误必须指出出错的行：{text:?}");
+            let Err(error) = parse_front_matter(text) else {
+                panic!("不合规的 front matter 必须拒绝（应含“{words}”）：{text:?}");
+            };
+            assert_eq!(error.line, line, "错误必须指出出错的行（{words}）：{text:?}");
             assert!(
                 error.to_string().starts_with(&format!("第 {line} 行：")) && error.message.contains(words),
                 "错误信息必须以行号开头并说出原因（应含“{words}”），实际是：{error}"
@@ -310,8 +312,9 @@ mod activation {
             ("link.md", SKILL_FILE_OUTSIDE),
         ];
         for (path, rule) in cases {
-            let error = activate_skill(&catalog, "deploy", &["inside.md", path])
-                .expect_err("技能目录之外的文件必须拒绝");
+            let Err(error) = activate_skill(&catalog, "deploy", &["inside.md", path]) else {
+                panic!("{path}：技能目录之外的文件必须拒绝（规则：{rule}）");
+            };
             assert_eq!(
                 error.to_string(),
                 format!("{rule}：{path}"),
@@ -454,6 +457,11 @@ mod context {
             Some("You are pi.\n\n## AGENTS.md\n\nB"),
             "同名段落按名字替换：只剩最新的资源段落"
         );
+        assert_eq!(
+            serde_json::to_value(&resource_patch("").sections).expect("sections 必须能序列化"),
+            json!({RESOURCE_SECTION: null}),
+            "空的资源段落必须写成 null，删除旧段落"
+        );
         let cleared = vec![base, AgentMessage::System(resource_patch("## AGENTS.md\n\nA")), AgentMessage::System(resource_patch(""))];
         assert_eq!(
             current_system_prompt(&cleared).as_deref(),
@@ -468,7 +476,7 @@ mod trust {
     use std::sync::Arc;
 
     use pi_course::extensions::*;
-    use pi_course::tool::{ToolOutput, ToolRegistry};
+    use pi_course::tool::ToolRegistry;
     use pi_course::types::ToolCall;
 
     use super::tool_named;
@@ -554,7 +562,6 @@ mod trust {
             Ok(Box::new(Registers { tools: vec![], hooks: 0, fail: None }) as Box<dyn Extension>)
         });
         assert_eq!(again, Err(ExtensionError::DuplicateExtension("lint".into())), "同一个扩展不能加载两次");
-        let _ = ToolOutput::default();
     }
 
     #[test]
@@ -691,7 +698,10 @@ mod hooks {
         let core = ToolRegistry::new(vec![counting_tool("write", Arc::clone(&runs))]).expect("不重名");
         let mut host = ExtensionHost::new(core.clone()).with_hook_timeout(Duration::from_millis(50));
         load(&mut host, "boom", |cx| {
-            cx.on_before_tool_call(|_call: ToolCall| async { panic!("hook exploded") });
+            // Panics while it is called, before any future exists.
+            cx.on_before_tool_call(|_call: ToolCall| -> std::future::Ready<HookDecision> {
+                panic!("hook exploded")
+            });
         });
         let panicked = run(&host, &call("p-1", "write", json!({"command": "x"}))).await;
         assert_eq!(

@@ -273,9 +273,19 @@ impl ExtensionHost {
                 })?;
         }
         let mut before = self.hooks.before.clone();
-        before.extend(staged.before.into_iter().map(|hook| (staged.id.clone(), hook)));
+        before.extend(
+            staged
+                .before
+                .into_iter()
+                .map(|hook| (staged.id.clone(), hook)),
+        );
         let mut after = self.hooks.after.clone();
-        after.extend(staged.after.into_iter().map(|hook| (staged.id.clone(), hook)));
+        after.extend(
+            staged
+                .after
+                .into_iter()
+                .map(|hook| (staged.id.clone(), hook)),
+        );
 
         self.tools = tools;
         self.hooks = Arc::new(Hooks { before, after });
@@ -345,7 +355,9 @@ fn hooked_tool(
                     arguments,
                     raw_arguments: None,
                 };
-                let report = |extension_id: &str, hook: HookPoint, (kind, message): (FailureKind, String)| {
+                let report = |extension_id: &str,
+                              hook: HookPoint,
+                              (kind, message): (FailureKind, String)| {
                     lock(&diagnostics).push(ExtensionDiagnostic {
                         extension_id: extension_id.to_string(),
                         call_id: call.id.clone(),
@@ -367,9 +379,7 @@ fn hooked_tool(
                         }
                         Err(failure) => {
                             report(extension_id, HookPoint::Before, failure);
-                            return Err(ToolError::new(format!(
-                                "{HOOK_FAILED}（{extension_id}）"
-                            )));
+                            return Err(ToolError::new(format!("{HOOK_FAILED}（{extension_id}）")));
                         }
                     }
                 }
@@ -384,9 +394,11 @@ fn hooked_tool(
                     let (seen, copy) = (call.clone(), outcome.clone());
                     match run_hook(move || hook(seen, copy), limit).await {
                         Ok(Ok(())) => {}
-                        Ok(Err(message)) => {
-                            report(extension_id, HookPoint::After, (FailureKind::Error, message))
-                        }
+                        Ok(Err(message)) => report(
+                            extension_id,
+                            HookPoint::After,
+                            (FailureKind::Error, message),
+                        ),
                         Err(failure) => report(extension_id, HookPoint::After, failure),
                     }
                 }

@@ -234,7 +234,10 @@ pub fn parse_front_matter(text: &str) -> Result<(FrontMatter, &str), FrontMatter
             continue;
         }
         let Some((key, value)) = line.split_once(':') else {
-            return Err(error(number, format!("应为 key: value，实际是 {trimmed:?}")));
+            return Err(error(
+                number,
+                format!("应为 key: value，实际是 {trimmed:?}"),
+            ));
         };
         let key = key.trim();
         let value = unquote(value.trim());
@@ -348,7 +351,9 @@ pub fn discover_skills(roots: &[PathBuf]) -> SkillCatalog {
             });
         }
     }
-    catalog.skills.sort_by(|left, right| left.name.cmp(&right.name));
+    catalog
+        .skills
+        .sort_by(|left, right| left.name.cmp(&right.name));
     catalog
     // endregion
 }
