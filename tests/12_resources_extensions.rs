@@ -60,7 +60,11 @@ mod instructions {
             ["AGENTS.md", "crates/CLAUDE.md", "crates/pi/AGENTS.md"],
             "说明文件必须从根目录到工作目录、根在前，每层一个，只有没有 AGENTS.md 时才用 CLAUDE.md"
         );
-        let contents: Vec<&str> = found.files.iter().map(|file| file.content.as_str()).collect();
+        let contents: Vec<&str> = found
+            .files
+            .iter()
+            .map(|file| file.content.as_str())
+            .collect();
         assert_eq!(
             contents,
             ["root rules\n", "crates rules\n", "pi rules\n"],
@@ -90,8 +94,15 @@ mod instructions {
 
         // 15 bytes: 10 for the first, 5 left; "规则二二\n" is cut to "规" (3 bytes), not mid-character.
         let cut = discover_instructions(&root, &root.join("a/b"), 15).expect("发现不能失败");
-        assert_eq!(cut.files.len(), 2, "还有预算时，下一个文件必须保留能装下的前缀");
-        assert_eq!(cut.files[1].content, "规", "截断必须落在字符边界上，不能切开一个汉字");
+        assert_eq!(
+            cut.files.len(),
+            2,
+            "还有预算时，下一个文件必须保留能装下的前缀"
+        );
+        assert_eq!(
+            cut.files[1].content, "规",
+            "截断必须落在字符边界上，不能切开一个汉字"
+        );
         assert!(cut.files[1].truncated, "被截断的文件必须标记 truncated");
         assert_eq!(cut.budget, 15, "结果必须记下所用的预算");
         assert_eq!(cut.omitted, ["a/b/AGENTS.md"], "截断之后的文件必须记为省略");
@@ -182,9 +193,13 @@ mod skills {
             let Err(error) = parse_front_matter(text) else {
                 panic!("不合规的 front matter 必须拒绝（应含“{words}”）：{text:?}");
             };
-            assert_eq!(error.line, line, "错误必须指出出错的行（{words}）：{text:?}");
+            assert_eq!(
+                error.line, line,
+                "错误必须指出出错的行（{words}）：{text:?}"
+            );
             assert!(
-                error.to_string().starts_with(&format!("第 {line} 行：")) && error.message.contains(words),
+                error.to_string().starts_with(&format!("第 {line} 行："))
+                    && error.message.contains(words),
                 "错误信息必须以行号开头并说出原因（应含“{words}”），实际是：{error}"
             );
         }
@@ -195,10 +210,22 @@ mod skills {
         let (_dir, base) = temp();
         let project = base.join("project-skills");
         let user = base.join("user-skills");
-        write(&project.join("zeta/SKILL.md"), &skill_text("zeta", "Project zeta", "z"));
-        write(&project.join("deploy/SKILL.md"), &skill_text("deploy", "Project deploy", "p"));
-        write(&user.join("deploy/SKILL.md"), &skill_text("deploy", "User deploy", "u"));
-        write(&user.join("alpha/SKILL.md"), &skill_text("alpha", "User alpha", "a"));
+        write(
+            &project.join("zeta/SKILL.md"),
+            &skill_text("zeta", "Project zeta", "z"),
+        );
+        write(
+            &project.join("deploy/SKILL.md"),
+            &skill_text("deploy", "Project deploy", "p"),
+        );
+        write(
+            &user.join("deploy/SKILL.md"),
+            &skill_text("deploy", "User deploy", "u"),
+        );
+        write(
+            &user.join("alpha/SKILL.md"),
+            &skill_text("alpha", "User alpha", "a"),
+        );
         write(&user.join("notes/README.md"), "not a skill");
 
         let catalog = discover_skills(&[project.clone(), base.join("missing"), user.clone()]);
@@ -227,10 +254,17 @@ mod skills {
     #[test]
     fn a_bad_skill_is_a_problem_not_a_failure() {
         let (_dir, root) = temp();
-        write(&root.join("good/SKILL.md"), &skill_text("good", "Works", "body"));
+        write(
+            &root.join("good/SKILL.md"),
+            &skill_text("good", "Works", "body"),
+        );
         write(&root.join("bad/SKILL.md"), "---\nname bad\n---\n");
         let catalog = discover_skills(std::slice::from_ref(&root));
-        let names: Vec<&str> = catalog.skills.iter().map(|skill| skill.name.as_str()).collect();
+        let names: Vec<&str> = catalog
+            .skills
+            .iter()
+            .map(|skill| skill.name.as_str())
+            .collect();
         assert_eq!(names, ["good"], "一个坏的 SKILL.md 不能挡住其他技能");
         assert_eq!(catalog.problems.len(), 1, "坏的 SKILL.md 必须记成一条问题");
         assert_eq!(
@@ -259,28 +293,51 @@ mod activation {
         write(&skill_md, &skill_text("deploy", "Deploy", "new body\n"));
 
         let active = activate_skill(&catalog, "deploy", &[]).expect("目录里的技能必须能启用");
-        assert_eq!(active.body, "new body\n", "正文必须在启用时才读取，不能在发现时缓存");
-        assert_eq!(active.source, skill_md, "source 必须是 SKILL.md 的 canonical 路径");
+        assert_eq!(
+            active.body, "new body\n",
+            "正文必须在启用时才读取，不能在发现时缓存"
+        );
+        assert_eq!(
+            active.source, skill_md,
+            "source 必须是 SKILL.md 的 canonical 路径"
+        );
         assert_eq!(active.name, "deploy", "启用的技能保留目录里的名字");
 
         let error = activate_skill(&catalog, "nope", &[]).expect_err("未知技能必须拒绝");
-        assert_eq!(error.to_string(), format!("{UNKNOWN_SKILL}：nope"), "未知技能的错误必须说出名字");
+        assert_eq!(
+            error.to_string(),
+            format!("{UNKNOWN_SKILL}：nope"),
+            "未知技能的错误必须说出名字"
+        );
     }
 
     #[test]
     fn requested_files_come_with_their_sources_in_request_order() {
         let (_dir, root) = temp();
-        write(&root.join("deploy/SKILL.md"), &skill_text("deploy", "Deploy", "body"));
+        write(
+            &root.join("deploy/SKILL.md"),
+            &skill_text("deploy", "Deploy", "body"),
+        );
         write(&root.join("deploy/refs/checklist.md"), "check\n");
         write(&root.join("deploy/notes.md"), "notes\n");
         let catalog = discover_skills(std::slice::from_ref(&root));
 
-        let active = activate_skill(&catalog, "deploy", &["refs/checklist.md", "refs/../notes.md"])
-            .expect("技能目录之内的文件必须能读");
+        let active = activate_skill(
+            &catalog,
+            "deploy",
+            &["refs/checklist.md", "refs/../notes.md"],
+        )
+        .expect("技能目录之内的文件必须能读");
         let files: Vec<(&str, PathBuf, &str)> = active
             .files
             .iter()
-            .map(|file| (file.path.as_str(), file.source.clone(), file.content.as_str()))
+            .map(|file| {
+                (
+                    file.path.as_str(),
+                    file.source.clone(),
+                    file.content.as_str(),
+                )
+            })
             .collect();
         assert_eq!(
             files,
@@ -295,7 +352,10 @@ mod activation {
     #[test]
     fn traversal_absolute_paths_and_symlink_escapes_are_refused() {
         let (_dir, root) = temp();
-        write(&root.join("deploy/SKILL.md"), &skill_text("deploy", "Deploy", "body"));
+        write(
+            &root.join("deploy/SKILL.md"),
+            &skill_text("deploy", "Deploy", "body"),
+        );
         write(&root.join("deploy/inside.md"), "inside\n");
         write(&root.join("deploy-old/secret.md"), "secret\n");
         std::os::unix::fs::symlink(
@@ -327,7 +387,6 @@ mod activation {
 mod context {
     use std::collections::BTreeMap;
 
-    use super::*;
     use pi_course::resources::*;
     use pi_course::types::{current_system_prompt, AgentMessage, SystemMessage};
     use serde_json::json;
@@ -360,9 +419,17 @@ mod context {
     #[test]
     fn render_refuses_missing_unused_and_malformed_names() {
         let missing = render_template("Fix {{issue}}", &arguments(&[]));
-        assert_eq!(missing, Err(TemplateError::Missing("issue".into())), "缺少的变量必须按名字拒绝");
+        assert_eq!(
+            missing,
+            Err(TemplateError::Missing("issue".into())),
+            "缺少的变量必须按名字拒绝"
+        );
         let unused = render_template("Fix it", &arguments(&[("isue", "7")]));
-        assert_eq!(unused, Err(TemplateError::Unused("isue".into())), "没用到的参数必须按名字拒绝");
+        assert_eq!(
+            unused,
+            Err(TemplateError::Unused("isue".into())),
+            "没用到的参数必须按名字拒绝"
+        );
         let malformed = render_template("Fix {{ issue }}", &arguments(&[("issue", "7")]));
         assert_eq!(
             malformed,
@@ -370,7 +437,11 @@ mod context {
             "名字里不能有空格等字符"
         );
         let unclosed = render_template("Fix {{issue", &arguments(&[("issue", "7")]));
-        assert_eq!(unclosed, Err(TemplateError::Malformed("{{issue".into())), "没有闭合的 {{ 必须拒绝");
+        assert_eq!(
+            unclosed,
+            Err(TemplateError::Malformed("{{issue".into())),
+            "没有闭合的 {{ 必须拒绝"
+        );
         assert_eq!(
             TemplateError::Missing("issue".into()).to_string(),
             "模板变量 issue 没有提供值",
@@ -381,26 +452,51 @@ mod context {
     fn sample() -> (Instructions, SkillCatalog, Vec<ActivatedSkill>) {
         let instructions = Instructions {
             files: vec![
-                InstructionFile { path: "AGENTS.md".into(), content: "Root.\n".into(), truncated: false },
-                InstructionFile { path: "app/AGENTS.md".into(), content: "App".into(), truncated: true },
+                InstructionFile {
+                    path: "AGENTS.md".into(),
+                    content: "Root.\n".into(),
+                    truncated: false,
+                },
+                InstructionFile {
+                    path: "app/AGENTS.md".into(),
+                    content: "App".into(),
+                    truncated: true,
+                },
             ],
             omitted: vec!["app/x/AGENTS.md".into(), "app/x/y/CLAUDE.md".into()],
             budget: 9,
         };
         let catalog = SkillCatalog {
             skills: vec![
-                Skill { name: "deploy".into(), description: "Ship".into(), dir: "/s/deploy".into() },
-                Skill { name: "review".into(), description: "Read diffs".into(), dir: "/s/review".into() },
+                Skill {
+                    name: "deploy".into(),
+                    description: "Ship".into(),
+                    dir: "/s/deploy".into(),
+                },
+                Skill {
+                    name: "review".into(),
+                    description: "Read diffs".into(),
+                    dir: "/s/review".into(),
+                },
             ],
             problems: vec![],
         };
         let activated = vec![
-            ActivatedSkill { name: "review".into(), source: "/s/review/SKILL.md".into(), body: "\nReview body\n".into(), files: vec![] },
+            ActivatedSkill {
+                name: "review".into(),
+                source: "/s/review/SKILL.md".into(),
+                body: "\nReview body\n".into(),
+                files: vec![],
+            },
             ActivatedSkill {
                 name: "deploy".into(),
                 source: "/s/deploy/SKILL.md".into(),
                 body: "Deploy body\n".into(),
-                files: vec![SkillFile { path: "refs/a.md".into(), source: "/s/deploy/refs/a.md".into(), content: "A\n".into() }],
+                files: vec![SkillFile {
+                    path: "refs/a.md".into(),
+                    source: "/s/deploy/refs/a.md".into(),
+                    content: "A\n".into(),
+                }],
             },
         ];
         (instructions, catalog, activated)
@@ -462,7 +558,11 @@ mod context {
             json!({RESOURCE_SECTION: null}),
             "空的资源段落必须写成 null，删除旧段落"
         );
-        let cleared = vec![base, AgentMessage::System(resource_patch("## AGENTS.md\n\nA")), AgentMessage::System(resource_patch(""))];
+        let cleared = vec![
+            base,
+            AgentMessage::System(resource_patch("## AGENTS.md\n\nA")),
+            AgentMessage::System(resource_patch("")),
+        ];
         assert_eq!(
             current_system_prompt(&cleared).as_deref(),
             Some("You are pi."),
@@ -515,7 +615,11 @@ mod trust {
     }
 
     fn names(host: &ExtensionHost) -> Vec<String> {
-        host.tools().list().iter().map(|tool| tool.name().to_string()).collect()
+        host.tools()
+            .list()
+            .iter()
+            .map(|tool| tool.name().to_string())
+            .collect()
     }
 
     #[test]
@@ -534,12 +638,24 @@ mod trust {
             },
             move |_| {
                 counted.fetch_add(1, Ordering::SeqCst);
-                Ok(Box::new(Registers { tools: vec!["evil"], hooks: 1, fail: None }) as Box<dyn Extension>)
+                Ok(Box::new(Registers {
+                    tools: vec!["evil"],
+                    hooks: 1,
+                    fail: None,
+                }) as Box<dyn Extension>)
             },
         );
-        assert_eq!(outcome, Ok(LoadOutcome::SkippedUntrusted), "不受信任的来源必须跳过");
+        assert_eq!(
+            outcome,
+            Ok(LoadOutcome::SkippedUntrusted),
+            "不受信任的来源必须跳过"
+        );
         assert_eq!(asked.load(Ordering::SeqCst), 1, "信任必须被询问一次");
-        assert_eq!(imports.load(Ordering::SeqCst), 0, "信任检查必须在导入之前：不受信任的来源不能被导入");
+        assert_eq!(
+            imports.load(Ordering::SeqCst),
+            0,
+            "信任检查必须在导入之前：不受信任的来源不能被导入"
+        );
         assert_eq!(names(&host), ["read"], "跳过的扩展不能注册任何工具");
         assert!(host.extensions().is_empty(), "跳过的扩展不算已加载");
     }
@@ -547,46 +663,132 @@ mod trust {
     #[test]
     fn a_trusted_source_commits_everything_it_registered() {
         let mut host = host();
-        let outcome = load_extension(&mut host, &source("lint"), |_| true, |_| {
-            Ok(Box::new(Registers { tools: vec!["lint", "fmt"], hooks: 2, fail: None }) as Box<dyn Extension>)
-        });
-        assert_eq!(outcome, Ok(LoadOutcome::Active), "受信任且注册成功的扩展必须生效");
-        assert_eq!(names(&host), ["read", "lint", "fmt"], "扩展的工具按注册顺序排在核心工具之后");
+        let outcome = load_extension(
+            &mut host,
+            &source("lint"),
+            |_| true,
+            |_| {
+                Ok(Box::new(Registers {
+                    tools: vec!["lint", "fmt"],
+                    hooks: 2,
+                    fail: None,
+                }) as Box<dyn Extension>)
+            },
+        );
+        assert_eq!(
+            outcome,
+            Ok(LoadOutcome::Active),
+            "受信任且注册成功的扩展必须生效"
+        );
+        assert_eq!(
+            names(&host),
+            ["read", "lint", "fmt"],
+            "扩展的工具按注册顺序排在核心工具之后"
+        );
         assert_eq!(
             (host.before_hook_count(), host.after_hook_count()),
             (2, 2),
             "扩展注册的 hook 必须全部生效"
         );
         assert_eq!(host.extensions(), ["lint"], "生效的扩展按加载顺序记下 id");
-        let again = load_extension(&mut host, &source("lint"), |_| true, |_| {
-            Ok(Box::new(Registers { tools: vec![], hooks: 0, fail: None }) as Box<dyn Extension>)
-        });
-        assert_eq!(again, Err(ExtensionError::DuplicateExtension("lint".into())), "同一个扩展不能加载两次");
+        let again = load_extension(
+            &mut host,
+            &source("lint"),
+            |_| true,
+            |_| {
+                Ok(Box::new(Registers {
+                    tools: vec![],
+                    hooks: 0,
+                    fail: None,
+                }) as Box<dyn Extension>)
+            },
+        );
+        assert_eq!(
+            again,
+            Err(ExtensionError::DuplicateExtension("lint".into())),
+            "同一个扩展不能加载两次"
+        );
     }
 
     #[test]
     fn a_failed_or_conflicting_registration_leaves_no_residue() {
         let cases: [(&str, Registers, ExtensionError); 4] = [
-            ("fails", Registers { tools: vec!["new"], hooks: 1, fail: Some("config missing") },
-             ExtensionError::Register { id: "fails".into(), message: "config missing".into() }),
-            ("core-clash", Registers { tools: vec!["new", "read"], hooks: 1, fail: None },
-             ExtensionError::DuplicateTool { id: "core-clash".into(), tool: "read".into() }),
-            ("self-clash", Registers { tools: vec!["new", "new"], hooks: 1, fail: None },
-             ExtensionError::DuplicateTool { id: "self-clash".into(), tool: "new".into() }),
-            ("ext-clash", Registers { tools: vec!["other", "lint"], hooks: 1, fail: None },
-             ExtensionError::DuplicateTool { id: "ext-clash".into(), tool: "lint".into() }),
+            (
+                "fails",
+                Registers {
+                    tools: vec!["new"],
+                    hooks: 1,
+                    fail: Some("config missing"),
+                },
+                ExtensionError::Register {
+                    id: "fails".into(),
+                    message: "config missing".into(),
+                },
+            ),
+            (
+                "core-clash",
+                Registers {
+                    tools: vec!["new", "read"],
+                    hooks: 1,
+                    fail: None,
+                },
+                ExtensionError::DuplicateTool {
+                    id: "core-clash".into(),
+                    tool: "read".into(),
+                },
+            ),
+            (
+                "self-clash",
+                Registers {
+                    tools: vec!["new", "new"],
+                    hooks: 1,
+                    fail: None,
+                },
+                ExtensionError::DuplicateTool {
+                    id: "self-clash".into(),
+                    tool: "new".into(),
+                },
+            ),
+            (
+                "ext-clash",
+                Registers {
+                    tools: vec!["other", "lint"],
+                    hooks: 1,
+                    fail: None,
+                },
+                ExtensionError::DuplicateTool {
+                    id: "ext-clash".into(),
+                    tool: "lint".into(),
+                },
+            ),
         ];
         for (id, extension, expected) in cases {
             let mut host = host();
-            load_extension(&mut host, &source("lint"), |_| true, |_| {
-                Ok(Box::new(Registers { tools: vec!["lint"], hooks: 1, fail: None }) as Box<dyn Extension>)
-            })
+            load_extension(
+                &mut host,
+                &source("lint"),
+                |_| true,
+                |_| {
+                    Ok(Box::new(Registers {
+                        tools: vec!["lint"],
+                        hooks: 1,
+                        fail: None,
+                    }) as Box<dyn Extension>)
+                },
+            )
             .expect("第一个扩展必须加载成功");
-            let outcome = load_extension(&mut host, &source(id), |_| true, move |_| {
-                Ok(Box::new(extension) as Box<dyn Extension>)
-            });
+            let outcome = load_extension(
+                &mut host,
+                &source(id),
+                |_| true,
+                move |_| Ok(Box::new(extension) as Box<dyn Extension>),
+            );
             assert_eq!(outcome, Err(expected), "{id}：注册失败或重名必须报告");
-            assert_eq!(names(&host), ["read", "lint"], "{id}：失败的注册不能留下任何工具");
+            assert_eq!(
+                names(&host),
+                ["read", "lint"],
+                "{id}：失败的注册不能留下任何工具"
+            );
             assert_eq!(
                 (host.before_hook_count(), host.after_hook_count()),
                 (1, 1),
@@ -595,10 +797,18 @@ mod trust {
             assert_eq!(host.extensions(), ["lint"], "{id}：失败的扩展不算已加载");
         }
         let mut host = host();
-        let import_failed = load_extension(&mut host, &source("broken"), |_| true, |_| Err("syntax error".into()));
+        let import_failed = load_extension(
+            &mut host,
+            &source("broken"),
+            |_| true,
+            |_| Err("syntax error".into()),
+        );
         assert_eq!(
             import_failed,
-            Err(ExtensionError::Import { id: "broken".into(), message: "syntax error".into() }),
+            Err(ExtensionError::Import {
+                id: "broken".into(),
+                message: "syntax error".into()
+            }),
             "导入失败必须报告原因"
         );
     }
@@ -626,31 +836,54 @@ mod hooks {
         }
     }
 
-    fn load(host: &mut ExtensionHost, id: &str, register: impl Fn(&mut ExtensionContext) + Send + Sync + 'static) {
-        let source = ExtensionSource { id: id.into(), location: id.into() };
-        let outcome = load_extension(host, &source, |_| true, |_| Ok(Box::new(Hooks(Box::new(register))) as Box<dyn Extension>));
+    fn load(
+        host: &mut ExtensionHost,
+        id: &str,
+        register: impl Fn(&mut ExtensionContext) + Send + Sync + 'static,
+    ) {
+        let source = ExtensionSource {
+            id: id.into(),
+            location: id.into(),
+        };
+        let outcome = load_extension(
+            host,
+            &source,
+            |_| true,
+            |_| Ok(Box::new(Hooks(Box::new(register))) as Box<dyn Extension>),
+        );
         assert_eq!(outcome, Ok(LoadOutcome::Active), "测试用的扩展必须加载成功");
     }
 
     async fn run(host: &ExtensionHost, call: &ToolCall) -> ToolResultMessage {
-        tokio::time::timeout(Duration::from_secs(1), execute_tool_call(call, &host.registry(), CallContext::default()))
-            .await
-            .expect("1 秒内没有返回结果：hook 是否挂住了调用？")
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            execute_tool_call(call, &host.registry(), CallContext::default()),
+        )
+        .await
+        .expect("1 秒内没有返回结果：hook 是否挂住了调用？")
     }
 
     #[tokio::test]
     async fn a_denied_call_gets_a_paired_error_and_the_tool_never_runs() {
         let runs = Arc::new(AtomicUsize::new(0));
-        let mut host = ExtensionHost::new(ToolRegistry::new(vec![counting_tool("bash", Arc::clone(&runs))]).expect("不重名"));
+        let mut host = ExtensionHost::new(
+            ToolRegistry::new(vec![counting_tool("bash", Arc::clone(&runs))]).expect("不重名"),
+        );
         let seen = Arc::new(Mutex::new(Vec::new()));
         let after_runs = Arc::new(AtomicUsize::new(0));
         let record = Arc::clone(&seen);
         load(&mut host, "gate", move |cx| {
             let record = Arc::clone(&record);
             cx.on_before_tool_call(move |call: ToolCall| {
-                record.lock().expect("锁不会中毒").push((call.id.clone(), call.arguments.clone()));
+                record
+                    .lock()
+                    .expect("锁不会中毒")
+                    .push((call.id.clone(), call.arguments.clone()));
                 async move {
-                    if call.arguments["command"].as_str().is_some_and(|command| command.starts_with("rm")) {
+                    if call.arguments["command"]
+                        .as_str()
+                        .is_some_and(|command| command.starts_with("rm"))
+                    {
                         HookDecision::Deny("rm 需要确认".into())
                     } else {
                         HookDecision::Allow
@@ -667,36 +900,62 @@ mod hooks {
             });
         });
 
-        let denied = run(&host, &call("call-9", "bash", json!({"command": "rm -rf /"}))).await;
+        let denied = run(
+            &host,
+            &call("call-9", "bash", json!({"command": "rm -rf /"})),
+        )
+        .await;
         assert_eq!(
-            (denied.tool_call_id.as_str(), denied.tool_name.as_str(), denied.is_error),
+            (
+                denied.tool_call_id.as_str(),
+                denied.tool_name.as_str(),
+                denied.is_error
+            ),
             ("call-9", "bash", true),
             "被拒绝的调用必须得到一个配对的 error 结果"
         );
         assert_eq!(
             denied.content,
-            vec![text(&format!("Tool bash failed: {DENIED}（gate）：rm 需要确认"))],
+            vec![text(&format!(
+                "Tool bash failed: {DENIED}（gate）：rm 需要确认"
+            ))],
             "拒绝的原因和扩展 id 必须交给模型"
         );
         assert_eq!(runs.load(Ordering::SeqCst), 0, "被拒绝的调用不能执行工具");
-        assert_eq!(after_runs.load(Ordering::SeqCst), 0, "被拒绝的调用没有核心结果，after hook 不能运行");
+        assert_eq!(
+            after_runs.load(Ordering::SeqCst),
+            0,
+            "被拒绝的调用没有核心结果，after hook 不能运行"
+        );
 
         let allowed = run(&host, &call("call-10", "bash", json!({"command": "ls"}))).await;
-        assert_eq!((allowed.is_error, allowed.content.clone()), (false, vec![text("ran ls")]), "允许的调用照常执行");
+        assert_eq!(
+            (allowed.is_error, allowed.content.clone()),
+            (false, vec![text("ran ls")]),
+            "允许的调用照常执行"
+        );
         assert_eq!(runs.load(Ordering::SeqCst), 1, "允许的调用只执行一次");
         assert_eq!(
             *seen.lock().expect("锁不会中毒"),
-            vec![("call-9".to_string(), json!({"command": "rm -rf /"})), ("call-10".to_string(), json!({"command": "ls"}))],
+            vec![
+                ("call-9".to_string(), json!({"command": "rm -rf /"})),
+                ("call-10".to_string(), json!({"command": "ls"}))
+            ],
             "before hook 看到的是调用自己的 id 和原样的参数"
         );
-        assert!(host.diagnostics().is_empty(), "正常的拒绝不是故障，不能产生诊断");
+        assert!(
+            host.diagnostics().is_empty(),
+            "正常的拒绝不是故障，不能产生诊断"
+        );
     }
 
     #[tokio::test]
     async fn a_panicking_or_hanging_before_hook_denies_and_leaves_a_diagnostic() {
         let runs = Arc::new(AtomicUsize::new(0));
-        let core = ToolRegistry::new(vec![counting_tool("write", Arc::clone(&runs))]).expect("不重名");
-        let mut host = ExtensionHost::new(core.clone()).with_hook_timeout(Duration::from_millis(50));
+        let core =
+            ToolRegistry::new(vec![counting_tool("write", Arc::clone(&runs))]).expect("不重名");
+        let mut host =
+            ExtensionHost::new(core.clone()).with_hook_timeout(Duration::from_millis(50));
         load(&mut host, "boom", |cx| {
             // Panics while it is called, before any future exists.
             cx.on_before_tool_call(|_call: ToolCall| -> std::future::Ready<HookDecision> {
@@ -706,7 +965,10 @@ mod hooks {
         let panicked = run(&host, &call("p-1", "write", json!({"command": "x"}))).await;
         assert_eq!(
             (panicked.is_error, panicked.content.clone()),
-            (true, vec![text(&format!("Tool write failed: {HOOK_FAILED}（boom）"))]),
+            (
+                true,
+                vec![text(&format!("Tool write failed: {HOOK_FAILED}（boom）"))]
+            ),
             "panic 的 before hook 必须按拒绝处理（fail closed）"
         );
 
@@ -726,7 +988,10 @@ mod hooks {
         let hung = run(&host2, &call("h-1", "write", json!({"command": "x"}))).await;
         assert_eq!(
             (hung.is_error, hung.content.clone()),
-            (true, vec![text(&format!("Tool write failed: {HOOK_FAILED}（sleepy）"))]),
+            (
+                true,
+                vec![text(&format!("Tool write failed: {HOOK_FAILED}（sleepy）"))]
+            ),
             "超时的 before hook 必须按拒绝处理，不能放行"
         );
         tokio::time::timeout(Duration::from_secs(1), dropped_rx)
@@ -744,12 +1009,25 @@ mod hooks {
         assert_eq!(
             kinds,
             [
-                ("boom".to_string(), "p-1".to_string(), HookPoint::Before, FailureKind::Panic),
-                ("sleepy".to_string(), "h-1".to_string(), HookPoint::Before, FailureKind::Timeout),
+                (
+                    "boom".to_string(),
+                    "p-1".to_string(),
+                    HookPoint::Before,
+                    FailureKind::Panic
+                ),
+                (
+                    "sleepy".to_string(),
+                    "h-1".to_string(),
+                    HookPoint::Before,
+                    FailureKind::Timeout
+                ),
             ],
             "每次 hook 故障都必须留下一条诊断，说明扩展、调用、hook 和故障种类"
         );
-        assert!(host.diagnostics()[0].message.contains("hook exploded"), "panic 的诊断必须带上 panic 信息");
+        assert!(
+            host.diagnostics()[0].message.contains("hook exploded"),
+            "panic 的诊断必须带上 panic 信息"
+        );
     }
 
     struct SendOnDrop(Option<oneshot::Sender<()>>);
@@ -764,8 +1042,10 @@ mod hooks {
     #[tokio::test]
     async fn after_hooks_run_once_per_result_and_cannot_change_it() {
         let runs = Arc::new(AtomicUsize::new(0));
-        let mut host = ExtensionHost::new(ToolRegistry::new(vec![counting_tool("bash", Arc::clone(&runs))]).expect("不重名"))
-            .with_hook_timeout(Duration::from_millis(50));
+        let mut host = ExtensionHost::new(
+            ToolRegistry::new(vec![counting_tool("bash", Arc::clone(&runs))]).expect("不重名"),
+        )
+        .with_hook_timeout(Duration::from_millis(50));
         let observed = Arc::new(Mutex::new(Vec::new()));
         let record = Arc::clone(&observed);
         load(&mut host, "observer", move |cx| {
@@ -783,22 +1063,35 @@ mod hooks {
             });
         });
         load(&mut host, "failing", |cx| {
-            cx.on_after_tool_result(|_call: ToolCall, _outcome| async { Err("audit log full".to_string()) });
+            cx.on_after_tool_result(|_call: ToolCall, _outcome| async {
+                Err("audit log full".to_string())
+            });
             cx.on_after_tool_result(|_call: ToolCall, _outcome| async { panic!("after exploded") });
         });
 
         let ok = run(&host, &call("a-1", "bash", json!({"command": "ls"}))).await;
-        assert_eq!((ok.is_error, ok.content.clone()), (false, vec![text("ran ls")]), "after hook 的失败不能替换核心结果");
+        assert_eq!(
+            (ok.is_error, ok.content.clone()),
+            (false, vec![text("ran ls")]),
+            "after hook 的失败不能替换核心结果"
+        );
         let invalid = run(&host, &call("a-2", "bash", json!({"command": 7}))).await;
         assert_eq!(
             (invalid.is_error, invalid.content.clone()),
             (true, vec![text("Tool bash failed: 必须是 string")]),
             "参数仍由核心工具的 schema 检查，错误原样成为结果"
         );
-        assert_eq!(runs.load(Ordering::SeqCst), 1, "参数不合法的调用不能执行工具");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "参数不合法的调用不能执行工具"
+        );
         assert_eq!(
             *observed.lock().expect("锁不会中毒"),
-            vec![("a-1".to_string(), "ran ls".to_string()), ("a-2".to_string(), "error: 必须是 string".to_string())],
+            vec![
+                ("a-1".to_string(), "ran ls".to_string()),
+                ("a-2".to_string(), "error: 必须是 string".to_string())
+            ],
             "after hook 对每个核心结果（包括错误）恰好运行一次"
         );
         let failures: Vec<(String, String, HookPoint, FailureKind)> = host
@@ -806,7 +1099,14 @@ mod hooks {
             .into_iter()
             .map(|d| (d.extension_id, d.call_id, d.hook, d.kind))
             .collect();
-        let after = |id: &str, kind| ("failing".to_string(), id.to_string(), HookPoint::After, kind);
+        let after = |id: &str, kind| {
+            (
+                "failing".to_string(),
+                id.to_string(),
+                HookPoint::After,
+                kind,
+            )
+        };
         assert_eq!(
             failures,
             [
@@ -822,9 +1122,15 @@ mod hooks {
     #[tokio::test]
     async fn hooks_run_in_load_order_and_the_first_deny_wins() {
         let runs = Arc::new(AtomicUsize::new(0));
-        let mut host = ExtensionHost::new(ToolRegistry::new(vec![counting_tool("edit", Arc::clone(&runs))]).expect("不重名"));
+        let mut host = ExtensionHost::new(
+            ToolRegistry::new(vec![counting_tool("edit", Arc::clone(&runs))]).expect("不重名"),
+        );
         let order = Arc::new(Mutex::new(Vec::new()));
-        for (id, decision) in [("first", None), ("second", Some("second says no")), ("third", Some("third says no"))] {
+        for (id, decision) in [
+            ("first", None),
+            ("second", Some("second says no")),
+            ("third", Some("third says no")),
+        ] {
             let order = Arc::clone(&order);
             load(&mut host, id, move |cx| {
                 let order = Arc::clone(&order);
@@ -842,10 +1148,16 @@ mod hooks {
         let denied = run(&host, &call("o-1", "edit", json!({"command": "x"}))).await;
         assert_eq!(
             denied.content,
-            vec![text(&format!("Tool edit failed: {DENIED}（second）：second says no"))],
+            vec![text(&format!(
+                "Tool edit failed: {DENIED}（second）：second says no"
+            ))],
             "第一个拒绝的 hook 决定结果"
         );
-        assert_eq!(*order.lock().expect("锁不会中毒"), ["first", "second"], "before hook 按加载顺序运行，拒绝之后不再询问后面的 hook");
+        assert_eq!(
+            *order.lock().expect("锁不会中毒"),
+            ["first", "second"],
+            "before hook 按加载顺序运行，拒绝之后不再询问后面的 hook"
+        );
         assert_eq!(runs.load(Ordering::SeqCst), 0, "被拒绝的调用不能执行工具");
         assert_eq!(
             host.registry().definitions(),
@@ -881,13 +1193,18 @@ fn counting_tool(
             _ => Err(ValidationError("必须是 string".into())),
         },
     );
-    Tool::new(name, "A test tool", schema, move |command: String, _context| {
-        let runs = std::sync::Arc::clone(&runs);
-        async move {
-            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(ToolOutput::text(&format!("ran {command}")))
-        }
-    })
+    Tool::new(
+        name,
+        "A test tool",
+        schema,
+        move |command: String, _context| {
+            let runs = std::sync::Arc::clone(&runs);
+            async move {
+                runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(ToolOutput::text(&format!("ran {command}")))
+            }
+        },
+    )
     .shared()
 }
 

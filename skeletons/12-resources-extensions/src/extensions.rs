@@ -310,7 +310,9 @@ fn hooked_tool(
                     arguments,
                     raw_arguments: None,
                 };
-                let report = |extension_id: &str, hook: HookPoint, (kind, message): (FailureKind, String)| {
+                let report = |extension_id: &str,
+                              hook: HookPoint,
+                              (kind, message): (FailureKind, String)| {
                     lock(&diagnostics).push(ExtensionDiagnostic {
                         extension_id: extension_id.to_string(),
                         call_id: call.id.clone(),
