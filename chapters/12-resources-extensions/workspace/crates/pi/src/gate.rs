@@ -73,7 +73,12 @@ pub fn wildcard_match(pattern: &str, text: &str) -> bool {
 
 /// What a rule is matched against, and what the user is shown.
 fn subject(call: &ToolCall) -> String {
-    let field = |name: &str| call.arguments[name].as_str().unwrap_or_default().to_string();
+    let field = |name: &str| {
+        call.arguments[name]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
     match call.name.as_str() {
         "bash" => field("command"),
         _ => field("path"),
@@ -202,9 +207,18 @@ mod tests {
 
     #[test]
     fn a_rule_matches_the_whole_subject_and_star_is_any_run() {
-        assert!(wildcard_match("cargo test*", "cargo test -p pi"), "* 匹配任意后缀");
-        assert!(wildcard_match("cargo test*", "cargo test"), "* 也可以匹配空串");
-        assert!(!wildcard_match("cargo test", "cargo test -p pi"), "没有 * 时必须整串相等");
+        assert!(
+            wildcard_match("cargo test*", "cargo test -p pi"),
+            "* 匹配任意后缀"
+        );
+        assert!(
+            wildcard_match("cargo test*", "cargo test"),
+            "* 也可以匹配空串"
+        );
+        assert!(
+            !wildcard_match("cargo test", "cargo test -p pi"),
+            "没有 * 时必须整串相等"
+        );
         assert!(!wildcard_match("cargo*", "xcargo"), "模式从开头匹配");
         assert!(wildcard_match("src/*.rs", "src/a/b.rs"), "* 可以跨过 /");
         assert!(wildcard_match("a*b*c", "a-b-b-c"), "中间的片段按顺序出现");
@@ -219,6 +233,9 @@ mod tests {
             "bash:ls* 允许 ls -la"
         );
         assert!(Rule::parse("ls").is_err(), "没有冒号的规则必须拒绝");
-        assert!(Rule::parse("read:*").is_err(), "read 不受 --confirm 管，规则不能写它");
+        assert!(
+            Rule::parse("read:*").is_err(),
+            "read 不受 --confirm 管，规则不能写它"
+        );
     }
 }

@@ -274,7 +274,12 @@ async fn main() -> ExitCode {
         eprintln!("pi：--allow 只能和 --confirm 一起使用");
         return ExitCode::from(EXIT_USAGE);
     }
-    let rules = match args.allow.iter().map(|rule| gate::Rule::parse(rule)).collect() {
+    let rules = match args
+        .allow
+        .iter()
+        .map(|rule| gate::Rule::parse(rule))
+        .collect()
+    {
         Ok(rules) => rules,
         Err(message) => {
             eprintln!("pi：{message}");

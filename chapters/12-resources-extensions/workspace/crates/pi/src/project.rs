@@ -9,7 +9,9 @@ use pi_course::resources::{
     activate_skill, discover_instructions, discover_skills, format_resource_section,
     render_template, Instructions, SkillCatalog, DEFAULT_INSTRUCTION_BUDGET,
 };
-use pi_course::tool::{field, object_schema, string_value, SharedTool, Tool, ToolError, ToolOutput};
+use pi_course::tool::{
+    field, object_schema, string_value, SharedTool, Tool, ToolError, ToolOutput,
+};
 
 /// Where the project's own resources live, below the repository root.
 pub const PROJECT_DIR: &str = ".pi";

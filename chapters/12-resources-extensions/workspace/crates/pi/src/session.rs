@@ -8,8 +8,8 @@ use pi_course::coding_tools::CodingTools;
 use pi_course::extensions::{
     load_extension, Extension, ExtensionContext, ExtensionHost, ExtensionSource, LoadOutcome,
 };
-use pi_course::resources::resource_patch;
 use pi_course::http_transport::Endpoint;
+use pi_course::resources::resource_patch;
 use pi_course::tool::ToolRegistry;
 use pi_course::types::{now_ms, user_message, AgentContext, AgentMessage, Model, SystemMessage};
 use tokio_util::sync::CancellationToken;
@@ -76,7 +76,10 @@ impl Session {
             transcript: if project.section.is_empty() {
                 vec![system]
             } else {
-                vec![system, AgentMessage::System(resource_patch(&project.section))]
+                vec![
+                    system,
+                    AgentMessage::System(resource_patch(&project.section)),
+                ]
             },
             max_steps,
             printer: Printer::default(),
@@ -109,9 +112,12 @@ impl Session {
                 location: "builtin:confirm".into(),
             };
             let gate = Arc::clone(gate);
-            let outcome = load_extension(&mut host, &source, |_| true, move |_| {
-                Ok(Box::new(Builtin(gate)) as Box<dyn Extension>)
-            })
+            let outcome = load_extension(
+                &mut host,
+                &source,
+                |_| true,
+                move |_| Ok(Box::new(Builtin(gate)) as Box<dyn Extension>),
+            )
             .map_err(|error| error.to_string())?;
             debug_assert_eq!(outcome, LoadOutcome::Active);
         }
