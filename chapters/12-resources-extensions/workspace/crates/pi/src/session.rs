@@ -37,6 +37,8 @@ pub struct Session {
     max_steps: usize,
     printer: Printer,
     project: Project,
+    /// The `pi-resources` system patch, until the first turn puts it into the transcript.
+    resources: Option<AgentMessage>,
     gate: Option<Arc<Gate>>,
 }
 
@@ -73,14 +75,10 @@ impl Session {
         Ok(Session {
             model: Arc::new(model),
             tools,
-            transcript: if project.section.is_empty() {
-                vec![system]
-            } else {
-                vec![
-                    system,
-                    AgentMessage::System(resource_patch(&project.section)),
-                ]
-            },
+            transcript: vec![system],
+            // The project's resources join the transcript with the first task.
+            resources: (!project.section.is_empty())
+                .then(|| AgentMessage::System(resource_patch(&project.section))),
             max_steps,
             printer: Printer::default(),
             project,
@@ -138,6 +136,7 @@ impl Session {
             .map_err(|error| format!("工具注册失败：{error}"))?;
         let (registry, host) = self.extend(registry)?;
         let mut messages = self.transcript.clone();
+        messages.extend(self.resources.take());
         messages.push(user_message(prompt));
         let context = AgentContext {
             messages,
