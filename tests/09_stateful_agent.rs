@@ -89,7 +89,11 @@ impl HeldModel {
 }
 
 impl Model for HeldModel {
-    fn stream(&self, context: &AgentContext, options: StreamOptions) -> AssistantMessageEventStream {
+    fn stream(
+        &self,
+        context: &AgentContext,
+        options: StreamOptions,
+    ) -> AssistantMessageEventStream {
         if let Some(token) = &options.cancel {
             lock(&self.tokens).push(token.clone());
         }
@@ -124,7 +128,10 @@ fn any_arguments() -> Schema<Value> {
 }
 
 /// `work` reports each start on `started`, then waits for a permit from `gate`.
-fn gated_tool(started: tokio::sync::mpsc::UnboundedSender<String>, gate: Arc<Semaphore>) -> SharedTool {
+fn gated_tool(
+    started: tokio::sync::mpsc::UnboundedSender<String>,
+    gate: Arc<Semaphore>,
+) -> SharedTool {
     Tool::new(
         "work",
         "Work until the test releases it",
@@ -289,11 +296,21 @@ mod reducer {
         let state = running(1, vec![user("你好")]);
         let state = reduce(&state, &on(1, delta("你")));
         let state = reduce(&state, &on(1, delta("好")));
-        assert_eq!(state.streaming_text, "你好", "text_delta 必须按到达顺序累积成流式文本");
-        assert_eq!(state.messages, vec![user("你好")], "流式阶段不能往 transcript 里加消息");
+        assert_eq!(
+            state.streaming_text, "你好",
+            "text_delta 必须按到达顺序累积成流式文本"
+        );
+        assert_eq!(
+            state.messages,
+            vec![user("你好")],
+            "流式阶段不能往 transcript 里加消息"
+        );
         let message = assistant("你好");
         let state = reduce(&state, &on(1, LoopEvent::AssistantMessage(message.clone())));
-        assert_eq!(state.streaming_text, "", "assistant 消息到达后流式文本必须清空");
+        assert_eq!(
+            state.streaming_text, "",
+            "assistant 消息到达后流式文本必须清空"
+        );
         assert_eq!(
             state.messages,
             vec![user("你好"), AgentMessage::Assistant(message)],
@@ -322,7 +339,11 @@ mod reducer {
             "结果到达后只去掉它配对的那个调用"
         );
         let state = reduce(&state, &on(1, LoopEvent::ToolSkipped(result("w1"))));
-        assert_eq!(state.pending_tool_calls, Vec::new(), "跳过的结果同样配对了它的调用");
+        assert_eq!(
+            state.pending_tool_calls,
+            Vec::new(),
+            "跳过的结果同样配对了它的调用"
+        );
         assert_eq!(
             roles(&state.messages),
             ["toolResult", "toolResult"],
@@ -386,8 +407,15 @@ mod reducer {
             },
         ];
         for event in &late {
-            assert!(!accepts(&current, event), "运行 2 进行中，{event:?} 是别的运行的迟到事件");
-            assert_eq!(reduce(&current, event), snapshot, "迟到事件 {event:?} 不能改变状态");
+            assert!(
+                !accepts(&current, event),
+                "运行 2 进行中，{event:?} 是别的运行的迟到事件"
+            );
+            assert_eq!(
+                reduce(&current, event),
+                snapshot,
+                "迟到事件 {event:?} 不能改变状态"
+            );
         }
         let ended = reduce(
             &current,
@@ -399,8 +427,15 @@ mod reducer {
             },
         );
         let after_end = on(2, LoopEvent::AssistantMessage(assistant("结束之后")));
-        assert!(!accepts(&ended, &after_end), "运行结束之后，它自己的事件也是迟到事件");
-        assert_eq!(reduce(&ended, &after_end), ended, "运行结束之后的事件不能改变状态");
+        assert!(
+            !accepts(&ended, &after_end),
+            "运行结束之后，它自己的事件也是迟到事件"
+        );
+        assert_eq!(
+            reduce(&ended, &after_end),
+            ended,
+            "运行结束之后的事件不能改变状态"
+        );
         assert_eq!(current, snapshot, "reduce 不能改动传入的状态");
     }
 }
@@ -417,10 +452,19 @@ mod lifecycle {
         let agent = agent(&model, Vec::new(), Some("你是 pi"));
         let run = agent.prompt("你好").expect("空闲的 Agent 必须接受 prompt");
         assert_eq!(run.run_id(), 1, "第一次运行的编号是 1");
-        within("模型被调用", control.reached).await.expect("HeldModel 的 hold 不会被丢弃");
+        within("模型被调用", control.reached)
+            .await
+            .expect("HeldModel 的 hold 不会被丢弃");
         let working = agent.state();
-        assert_eq!(working.status, AgentStatus::Running, "运行中状态必须是 Running");
-        assert_eq!(working.streaming_text, "好的", "运行中状态必须看得见流式文本");
+        assert_eq!(
+            working.status,
+            AgentStatus::Running,
+            "运行中状态必须是 Running"
+        );
+        assert_eq!(
+            working.streaming_text, "好的",
+            "运行中状态必须看得见流式文本"
+        );
         let _ = control.release.send(());
         let result = within("第一次运行", run).await;
         assert_eq!(result.reason, RunReason::Stop, "纯文本回合以 stop 结束");
@@ -435,10 +479,21 @@ mod lifecycle {
             "模型收到的 transcript 以 system prompt 开头，以本次的用户消息结尾"
         );
         let state = agent.state();
-        assert_eq!(state.status, AgentStatus::Idle, "运行结束后状态必须回到 Idle");
+        assert_eq!(
+            state.status,
+            AgentStatus::Idle,
+            "运行结束后状态必须回到 Idle"
+        );
         assert_eq!(state.run_id, Some(1), "状态记着最后一次运行");
-        assert_eq!(state.last_reason, Some(RunReason::Stop), "状态记下运行的结束原因");
-        assert_eq!(state.messages, result.messages, "结束后的状态就是这次运行的 transcript");
+        assert_eq!(
+            state.last_reason,
+            Some(RunReason::Stop),
+            "状态记下运行的结束原因"
+        );
+        assert_eq!(
+            state.messages, result.messages,
+            "结束后的状态就是这次运行的 transcript"
+        );
     }
 
     #[tokio::test]
@@ -460,7 +515,11 @@ mod lifecycle {
             "Busy 的说明必须包含 Agent is busy，得到 {error}"
         );
         let result = within("第一次运行", first).await;
-        assert_eq!(lines(&result.messages), ["user:一", "assistant:一号"], "被拒绝的 prompt 不能进入 transcript");
+        assert_eq!(
+            lines(&result.messages),
+            ["user:一", "assistant:一号"],
+            "被拒绝的 prompt 不能进入 transcript"
+        );
         let third = agent.prompt("三").expect("运行结束后必须能再次 prompt");
         assert_eq!(third.run_id(), 2, "被拒绝的 prompt 不占运行编号");
         within("第二次运行", third).await;
@@ -474,16 +533,35 @@ mod lifecycle {
             Vec::new(),
         );
         let agent = agent(&model, Vec::new(), Some("基础提示"));
-        within("第一次运行", agent.prompt("问一").expect("空闲时接受 prompt")).await;
-        let result = within("第二次运行", agent.prompt("问二").expect("空闲时接受 prompt")).await;
+        within(
+            "第一次运行",
+            agent.prompt("问一").expect("空闲时接受 prompt"),
+        )
+        .await;
+        let result = within(
+            "第二次运行",
+            agent.prompt("问二").expect("空闲时接受 prompt"),
+        )
+        .await;
         assert_eq!(
             lines(&model.requests()[1].messages),
-            ["system:基础提示", "user:问一", "assistant:答一", "user:问二"],
+            [
+                "system:基础提示",
+                "user:问一",
+                "assistant:答一",
+                "user:问二"
+            ],
             "第二次运行必须接着第一次的 transcript，system prompt 只出现一次且在最前"
         );
         assert_eq!(
             lines(&result.messages),
-            ["system:基础提示", "user:问一", "assistant:答一", "user:问二", "assistant:答二"],
+            [
+                "system:基础提示",
+                "user:问一",
+                "assistant:答一",
+                "user:问二",
+                "assistant:答二"
+            ],
             "运行结果是整份共享 transcript"
         );
     }
@@ -499,10 +577,22 @@ mod lifecycle {
             Vec::new(),
         );
         let agent = agent(&model, Vec::new(), Some("基础提示"));
-        within("第一次运行", agent.prompt("问一").expect("空闲时接受 prompt")).await;
+        within(
+            "第一次运行",
+            agent.prompt("问一").expect("空闲时接受 prompt"),
+        )
+        .await;
         let patched = Prompt::new("问二").with_system("只用中文回答");
-        within("第二次运行", agent.prompt(patched).expect("空闲时接受 prompt")).await;
-        within("第三次运行", agent.prompt("问三").expect("空闲时接受 prompt")).await;
+        within(
+            "第二次运行",
+            agent.prompt(patched).expect("空闲时接受 prompt"),
+        )
+        .await;
+        within(
+            "第三次运行",
+            agent.prompt("问三").expect("空闲时接受 prompt"),
+        )
+        .await;
         let requests = model.requests();
         assert_eq!(
             lines(&requests[1].messages),
@@ -517,7 +607,15 @@ mod lifecycle {
         );
         assert_eq!(
             roles(&requests[2].messages),
-            ["system", "user", "assistant", "system", "user", "assistant", "user"],
+            [
+                "system",
+                "user",
+                "assistant",
+                "system",
+                "user",
+                "assistant",
+                "user"
+            ],
             "补丁只属于那一次 prompt：下一次不能再加 system message"
         );
     }
@@ -533,16 +631,32 @@ mod lifecycle {
         );
         let agent = agent(&model, Vec::new(), None);
         let failed = within("失败的运行", agent.prompt("一").expect("空闲时接受 prompt")).await;
-        assert_eq!(failed.reason, RunReason::Error, "模型失败的回合让运行以 error 结束");
+        assert_eq!(
+            failed.reason,
+            RunReason::Error,
+            "模型失败的回合让运行以 error 结束"
+        );
         let state = agent.state();
-        assert_eq!(state.status, AgentStatus::Idle, "失败的运行也必须释放运行位");
+        assert_eq!(
+            state.status,
+            AgentStatus::Idle,
+            "失败的运行也必须释放运行位"
+        );
         assert_eq!(
             state.error.as_deref(),
             Some("provider stream failed"),
             "状态必须带着模型的错误信息"
         );
-        assert_eq!(state.last_reason, Some(RunReason::Error), "状态记下 error 结束");
-        let next = within("下一次运行", agent.prompt("二").expect("失败之后必须能再次 prompt")).await;
+        assert_eq!(
+            state.last_reason,
+            Some(RunReason::Error),
+            "状态记下 error 结束"
+        );
+        let next = within(
+            "下一次运行",
+            agent.prompt("二").expect("失败之后必须能再次 prompt"),
+        )
+        .await;
         assert_eq!(next.reason, RunReason::Stop, "失败之后的运行照常进行");
         assert_eq!(agent.state().error, None, "新运行开始时旧的错误必须清掉");
     }
@@ -553,13 +667,15 @@ mod lifecycle {
 mod subscribers {
     use super::*;
 
-    /// Reads `agent.state()` on another thread: a listener called while the state lock is held
-    /// makes it time out instead of deadlocking the test.
-    fn state_from_outside(agent: &Agent) -> Option<Arc<AgentState>> {
+    /// Runs `call` on a helper thread inside the test's runtime and waits for it up to a
+    /// second: a listener called while the state lock is held then fails the test instead of
+    /// deadlocking it (a `std::sync::Mutex` is not reentrant).
+    fn outside<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Option<T> {
         let (sender, receiver) = mpsc::channel();
-        let agent = agent.clone();
+        let runtime = tokio::runtime::Handle::current();
         std::thread::spawn(move || {
-            let _ = sender.send(agent.state());
+            let _entered = runtime.enter();
+            let _ = sender.send(call());
         });
         receiver.recv_timeout(Duration::from_secs(1)).ok()
     }
@@ -568,7 +684,7 @@ mod subscribers {
     async fn listeners_run_after_the_state_is_updated_and_outside_the_lock() {
         let model = HeldModel::new(vec![ScriptedTurn::text("好的")], Vec::new());
         let agent = agent(&model, Vec::new(), None);
-        let seen: Arc<Mutex<Vec<(String, AgentStatus, bool)>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<(String, AgentStatus, Option<bool>)>>> = Arc::default();
         let subscription = {
             let agent = agent.clone();
             let seen = Arc::clone(&seen);
@@ -578,9 +694,10 @@ mod subscribers {
                     AgentEvent::RunEnd { .. } => "run_end",
                     _ => return,
                 };
-                let current = state_from_outside(&agent)
-                    .expect("监听器被调用时不能还持有状态锁（读 state() 卡住了）");
-                lock(&seen).push((kind.to_string(), state.status, *current == *state));
+                let agent = agent.clone();
+                let current = outside(move || agent.state());
+                let same = current.map(|current| *current == *state);
+                lock(&seen).push((kind.to_string(), state.status, same));
             })
         };
         let result = within("运行", agent.prompt("你好").expect("空闲时接受 prompt")).await;
@@ -588,12 +705,16 @@ mod subscribers {
         assert_eq!(
             *lock(&seen),
             [
-                ("run_start".to_string(), AgentStatus::Running, true),
-                ("run_end".to_string(), AgentStatus::Idle, true),
+                ("run_start".to_string(), AgentStatus::Running, Some(true)),
+                ("run_end".to_string(), AgentStatus::Idle, Some(true)),
             ],
-            "监听器拿到的快照必须是事件之后的状态，而且 state() 此时已经更新"
+            "监听器拿到的快照必须是事件之后的状态，state() 此时已经更新，而且在监听器里读得到（None 表示监听器被调用时还持有状态锁）"
         );
-        assert_eq!(agent.state().messages, result.messages, "结束后的状态就是运行的 transcript");
+        assert_eq!(
+            agent.state().messages,
+            result.messages,
+            "结束后的状态就是运行的 transcript"
+        );
     }
 
     #[tokio::test]
@@ -611,9 +732,17 @@ mod subscribers {
         let broken = agent.subscribe(|_event, _state| panic!("broken renderer"));
         let (events, observer) = record(&agent);
         let result = within("运行", agent.prompt("开始").expect("空闲时接受 prompt")).await;
-        assert_eq!(started_rx.recv().await.as_deref(), Some("w1"), "工具照常执行");
+        assert_eq!(
+            started_rx.recv().await.as_deref(),
+            Some("w1"),
+            "工具照常执行"
+        );
         drop((broken, observer));
-        assert_eq!(result.reason, RunReason::Stop, "监听器 panic 不能影响运行本身");
+        assert_eq!(
+            result.reason,
+            RunReason::Stop,
+            "监听器 panic 不能影响运行本身"
+        );
         assert_eq!(
             trace(&recorded(&events)),
             [
@@ -627,7 +756,11 @@ mod subscribers {
             ],
             "另一个监听器 panic 时，其余监听器仍然收到每一个事件"
         );
-        assert_eq!(agent.state().status, AgentStatus::Idle, "监听器 panic 之后运行位必须释放");
+        assert_eq!(
+            agent.state().status,
+            AgentStatus::Idle,
+            "监听器 panic 之后运行位必须释放"
+        );
     }
 
     #[tokio::test]
@@ -674,7 +807,8 @@ mod subscribers {
             let next_run = Arc::clone(&next_run);
             agent.clone().subscribe(move |event, _state| {
                 if let AgentEvent::RunEnd { run_id: 1, .. } = event {
-                    *lock(&next_run) = Some(agent.prompt("二"));
+                    let agent = agent.clone();
+                    *lock(&next_run) = outside(move || agent.prompt("二"));
                 }
             })
         };
@@ -682,7 +816,7 @@ mod subscribers {
         within("第一次运行", agent.prompt("一").expect("空闲时接受 prompt")).await;
         let second = lock(&next_run)
             .take()
-            .expect("run_end:1 的监听器必须被调用")
+            .expect("run_end:1 的监听器必须被调用，并且能在里面调用 prompt（监听器被调用时不能持有状态锁）")
             .expect("run_end 发出时运行位必须已经释放，监听器可以开始下一次运行");
         within("第二次运行", second).await;
         drop((starter, observer));
@@ -712,15 +846,31 @@ mod abort {
         assert!(agent.abort(), "有运行时 abort 返回 true");
         let result = within("预先中止的运行", run).await;
         drop(subscription);
-        assert_eq!(result.reason, RunReason::Aborted, "开始前就被中止的运行以 aborted 结束");
-        assert_eq!(lines(&result.messages), ["user:一"], "中止的运行保留已经写下的 transcript");
-        assert_eq!(model.requests().len(), 0, "开始前就被中止的运行不能请求模型");
+        assert_eq!(
+            result.reason,
+            RunReason::Aborted,
+            "开始前就被中止的运行以 aborted 结束"
+        );
+        assert_eq!(
+            lines(&result.messages),
+            ["user:一"],
+            "中止的运行保留已经写下的 transcript"
+        );
+        assert_eq!(
+            model.requests().len(),
+            0,
+            "开始前就被中止的运行不能请求模型"
+        );
         let ends = trace(&recorded(&events))
             .into_iter()
             .filter(|line| line.starts_with("run_end"))
             .count();
         assert_eq!(ends, 1, "一次运行恰好一个 run_end");
-        assert_eq!(agent.state().last_reason, Some(RunReason::Aborted), "状态记下 aborted");
+        assert_eq!(
+            agent.state().last_reason,
+            Some(RunReason::Aborted),
+            "状态记下 aborted"
+        );
     }
 
     #[tokio::test]
@@ -729,16 +879,25 @@ mod abort {
         let (started, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let stubborn = {
             let tool_token = Arc::clone(&tool_token);
-            Tool::new("wait", "Never finishes", any_arguments(), move |_: Value, context: ToolContext| {
-                *lock(&tool_token) = Some(context.cancel.clone());
-                let _ = started.send(context.call_id.clone());
-                // Ignores its token on purpose: the run must settle anyway.
-                std::future::pending::<Result<ToolOutput, ToolError>>()
-            })
+            Tool::new(
+                "wait",
+                "Never finishes",
+                any_arguments(),
+                move |_: Value, context: ToolContext| {
+                    *lock(&tool_token) = Some(context.cancel.clone());
+                    let _ = started.send(context.call_id.clone());
+                    // Ignores its token on purpose: the run must settle anyway.
+                    std::future::pending::<Result<ToolOutput, ToolError>>()
+                },
+            )
             .shared()
         };
         let model = HeldModel::new(
-            vec![ScriptedTurn::tool_calls(vec![tool_call("c7", "wait", json!({}))])],
+            vec![ScriptedTurn::tool_calls(vec![tool_call(
+                "c7",
+                "wait",
+                json!({}),
+            )])],
             Vec::new(),
         );
         let agent = agent(&model, vec![stubborn], None);
@@ -746,11 +905,25 @@ mod abort {
         within("工具开始", started_rx.recv()).await;
         assert!(agent.abort(), "运行中 abort 返回 true");
         let result = within("中止的运行（工具不理会取消）", run).await;
-        assert_eq!(result.reason, RunReason::Aborted, "工具不理会取消，运行也必须以 aborted 收尾");
-        let model_token = model.tokens().first().cloned().expect("模型必须收到取消令牌");
+        assert_eq!(
+            result.reason,
+            RunReason::Aborted,
+            "工具不理会取消，运行也必须以 aborted 收尾"
+        );
+        let model_token = model
+            .tokens()
+            .first()
+            .cloned()
+            .expect("模型必须收到取消令牌");
         let tool_token = lock(&tool_token).clone().expect("工具必须被调用");
-        assert!(model_token.is_cancelled(), "abort 必须取消交给模型的那个令牌");
-        assert!(tool_token.is_cancelled(), "abort 必须取消交给工具的那个令牌");
+        assert!(
+            model_token.is_cancelled(),
+            "abort 必须取消交给模型的那个令牌"
+        );
+        assert!(
+            tool_token.is_cancelled(),
+            "abort 必须取消交给工具的那个令牌"
+        );
         assert_eq!(
             roles(&result.messages),
             ["user", "assistant", "toolResult"],
@@ -766,21 +939,42 @@ mod abort {
             Some(json!({"skipped": true, "reason": "aborted"})),
             "没有完成的调用用 aborted 的跳过结果配对"
         );
-        assert_eq!(agent.state().pending_tool_calls, Vec::new(), "收尾后没有待答的调用");
+        assert_eq!(
+            agent.state().pending_tool_calls,
+            Vec::new(),
+            "收尾后没有待答的调用"
+        );
     }
 
     #[tokio::test]
     async fn an_abort_settles_the_run_even_when_the_model_ignores_it() {
         let (model_hold, control) = hold();
-        let model = HeldModel::new(vec![ScriptedTurn::text("永远说不完")], vec![Some(model_hold)]);
+        let model = HeldModel::new(
+            vec![ScriptedTurn::text("永远说不完")],
+            vec![Some(model_hold)],
+        );
         let agent = agent(&model, Vec::new(), None);
         let run = agent.prompt("说").expect("空闲时接受 prompt");
-        within("模型被调用", control.reached).await.expect("HeldModel 的 hold 不会被丢弃");
-        assert_eq!(agent.state().streaming_text, "永远说不完", "运行中看得见流式文本");
+        within("模型被调用", control.reached)
+            .await
+            .expect("HeldModel 的 hold 不会被丢弃");
+        assert_eq!(
+            agent.state().streaming_text,
+            "永远说不完",
+            "运行中看得见流式文本"
+        );
         assert!(agent.abort(), "运行中 abort 返回 true");
         let result = within("中止的运行（模型不理会取消）", run).await;
-        assert_eq!(result.reason, RunReason::Aborted, "模型不理会取消，运行也必须以 aborted 收尾");
-        assert_eq!(lines(&result.messages), ["user:说"], "没说完的回答不能进 transcript");
+        assert_eq!(
+            result.reason,
+            RunReason::Aborted,
+            "模型不理会取消，运行也必须以 aborted 收尾"
+        );
+        assert_eq!(
+            lines(&result.messages),
+            ["user:说"],
+            "没说完的回答不能进 transcript"
+        );
         let state = agent.state();
         assert_eq!(state.status, AgentStatus::Idle, "中止之后运行位必须释放");
         assert_eq!(state.streaming_text, "", "中止之后流式文本必须清空");
@@ -794,11 +988,22 @@ mod abort {
         let first = agent.prompt("一").expect("空闲时接受 prompt");
         agent.abort();
         within("被中止的运行", first).await;
-        let second = within("下一次运行", agent.prompt("二").expect("中止之后必须能再次 prompt")).await;
-        assert_eq!(second.reason, RunReason::Stop, "上一次的中止不能影响下一次运行：每次运行一个新令牌");
+        let second = within(
+            "下一次运行",
+            agent.prompt("二").expect("中止之后必须能再次 prompt"),
+        )
+        .await;
+        assert_eq!(
+            second.reason,
+            RunReason::Stop,
+            "上一次的中止不能影响下一次运行：每次运行一个新令牌"
+        );
         let tokens = model.tokens();
         assert_eq!(tokens.len(), 1, "只有第二次运行请求了模型");
-        assert!(!tokens[0].is_cancelled(), "第二次运行的令牌不能是已经取消的那个");
+        assert!(
+            !tokens[0].is_cancelled(),
+            "第二次运行的令牌不能是已经取消的那个"
+        );
     }
 }
 
@@ -827,6 +1032,11 @@ mod queues {
         gate.add_permits(1);
         let result = within("带插话的运行", run).await;
         drop(subscription);
+        assert_eq!(
+            model.requests().len(),
+            2,
+            "取走的插话必须离开队列：每条插话只进入一次"
+        );
         assert_eq!(
             lines(&model.requests()[1].messages),
             [
@@ -864,7 +1074,9 @@ mod queues {
         );
         let agent = agent(&model, Vec::new(), None);
         let run = agent.prompt("写").expect("空闲时接受 prompt");
-        within("模型被调用", control.reached).await.expect("HeldModel 的 hold 不会被丢弃");
+        within("模型被调用", control.reached)
+            .await
+            .expect("HeldModel 的 hold 不会被丢弃");
         agent.steer("改一下").expect("运行中必须接受插话");
         let _ = control.release.send(());
         let result = within("带插话的运行", run).await;
@@ -872,7 +1084,12 @@ mod queues {
         assert_eq!(result.steps, 2, "插话让运行多走一个模型回合");
         assert_eq!(
             lines(&result.messages),
-            ["user:写", "assistant:第一版", "user:改一下", "assistant:第二版"],
+            [
+                "user:写",
+                "assistant:第一版",
+                "user:改一下",
+                "assistant:第二版"
+            ],
             "文本停止时有插话，运行不结束：插话进入 transcript，再问一次模型"
         );
     }
@@ -926,7 +1143,9 @@ mod queues {
         let agent = agent(&model, Vec::new(), None);
         let (events, subscription) = record(&agent);
         let run = agent.prompt("开始").expect("空闲时接受 prompt");
-        within("模型被调用", control.reached).await.expect("HeldModel 的 hold 不会被丢弃");
+        within("模型被调用", control.reached)
+            .await
+            .expect("HeldModel 的 hold 不会被丢弃");
         agent.steer("插话").expect("运行中必须接受插话");
         agent.follow_up("追加").expect("运行中必须接受追加消息");
         assert!(agent.abort(), "运行中 abort 返回 true");
@@ -938,7 +1157,11 @@ mod queues {
         let _ = control.release.send(());
         let result = within("中止的运行", run).await;
         assert_eq!(result.reason, RunReason::Aborted, "中止优先于排队的消息");
-        assert_eq!(model.requests().len(), 1, "中止之后排队的消息不能让运行再请求模型");
+        assert_eq!(
+            model.requests().len(),
+            1,
+            "中止之后排队的消息不能让运行再请求模型"
+        );
         let unsent = recorded(&events).into_iter().find_map(|event| match event {
             AgentEvent::RunEnd { unsent, .. } => Some(lines(&unsent)),
             _ => None,
@@ -948,7 +1171,11 @@ mod queues {
             Some(vec!["user:插话".to_string(), "user:追加".to_string()]),
             "没送出的排队消息必须随 run_end 交还，先插话后追加"
         );
-        let retry = within("中止之后的运行", agent.prompt("重新开始").expect("中止之后必须能再次 prompt")).await;
+        let retry = within(
+            "中止之后的运行",
+            agent.prompt("重新开始").expect("中止之后必须能再次 prompt"),
+        )
+        .await;
         drop(subscription);
         assert_eq!(
             lines(&model.requests()[1].messages),
@@ -967,8 +1194,14 @@ mod queues {
         );
         let agent = agent(&model, Vec::new(), None);
         let idle = agent.steer("太早了");
-        assert_eq!(idle, Err(AgentError::NotRunning), "没有运行时插话必须被拒绝");
-        let Err(error) = idle else { unreachable!("上面已经检查过") };
+        assert_eq!(
+            idle,
+            Err(AgentError::NotRunning),
+            "没有运行时插话必须被拒绝"
+        );
+        let Err(error) = idle else {
+            unreachable!("上面已经检查过")
+        };
         assert!(
             error.to_string().contains("没有在运行"),
             "NotRunning 的说明必须说 Agent 没有在运行，得到 {error}"
@@ -980,11 +1213,17 @@ mod queues {
         );
         let (events, subscription) = record(&agent);
         let run = agent.prompt("一").expect("空闲时接受 prompt");
-        within("模型被调用", control.reached).await.expect("HeldModel 的 hold 不会被丢弃");
+        within("模型被调用", control.reached)
+            .await
+            .expect("HeldModel 的 hold 不会被丢弃");
         agent.steer("修一下").expect("运行中必须接受插话");
         let _ = control.release.send(());
         let failed = within("失败的运行", run).await;
-        assert_eq!(failed.reason, RunReason::Error, "error 回合结束运行，插话不能让它继续");
+        assert_eq!(
+            failed.reason,
+            RunReason::Error,
+            "error 回合结束运行，插话不能让它继续"
+        );
         assert_eq!(
             agent.steer("结束之后"),
             Err(AgentError::NotRunning),

@@ -142,7 +142,9 @@ pub fn reduce(state: &AgentState, event: &AgentEvent) -> AgentState {
 fn apply_loop_event(state: &mut AgentState, event: &LoopEvent) {
     // region: Lab 9.1 apply_loop_event
     match event {
-        LoopEvent::Model(ModelEvent::TextDelta { delta, .. }) => state.streaming_text.push_str(delta),
+        LoopEvent::Model(ModelEvent::TextDelta { delta, .. }) => {
+            state.streaming_text.push_str(delta)
+        }
         LoopEvent::AssistantMessage(message) => {
             state.streaming_text.clear();
             state.steps += 1;
@@ -463,11 +465,8 @@ impl Agent {
             core.active = None;
             // region: Lab 9.5 hand back what was never taken
             // stub: let unsent = Vec::new();
-            let unsent: Vec<AgentMessage> = core
-                .steering
-                .drain(..)
-                .chain(core.follow_ups.drain(..))
-                .collect();
+            let mut unsent: Vec<AgentMessage> = core.steering.drain(..).collect();
+            unsent.extend(core.follow_ups.drain(..));
             // endregion
             core.record(AgentEvent::RunEnd {
                 run_id,
@@ -615,9 +614,7 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         // region: Lab 9.3 unsubscribe on drop
         if let Some(inner) = self.agent.upgrade() {
-            lock(&inner)
-                .listeners
-                .retain(|(id, _)| *id != self.id);
+            lock(&inner).listeners.retain(|(id, _)| *id != self.id);
         }
         // endregion
     }
@@ -687,11 +684,13 @@ impl Future for RunHandle {
     type Output = AgentRunResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<AgentRunResult> {
-        Pin::new(&mut self.task).poll(cx).map(|joined| match joined {
-            Ok(result) => result,
-            // The run task catches what the loop does; only a bug of its own lands here.
-            Err(error) if error.is_panic() => resume_unwind(error.into_panic()),
-            Err(error) => panic!("Agent 的运行任务被取消：{error}"),
-        })
+        Pin::new(&mut self.task)
+            .poll(cx)
+            .map(|joined| match joined {
+                Ok(result) => result,
+                // The run task catches what the loop does; only a bug of its own lands here.
+                Err(error) if error.is_panic() => resume_unwind(error.into_panic()),
+                Err(error) => panic!("Agent 的运行任务被取消：{error}"),
+            })
     }
 }
