@@ -410,11 +410,13 @@ impl Future for RunHandle {
     type Output = AgentRunResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<AgentRunResult> {
-        Pin::new(&mut self.task).poll(cx).map(|joined| match joined {
-            Ok(result) => result,
-            // The run task catches what the loop does; only a bug of its own lands here.
-            Err(error) if error.is_panic() => resume_unwind(error.into_panic()),
-            Err(error) => panic!("Agent 的运行任务被取消：{error}"),
-        })
+        Pin::new(&mut self.task)
+            .poll(cx)
+            .map(|joined| match joined {
+                Ok(result) => result,
+                // The run task catches what the loop does; only a bug of its own lands here.
+                Err(error) if error.is_panic() => resume_unwind(error.into_panic()),
+                Err(error) => panic!("Agent 的运行任务被取消：{error}"),
+            })
     }
 }
