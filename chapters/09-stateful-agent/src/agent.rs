@@ -613,6 +613,7 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         // region: Lab 9.3 unsubscribe on drop
+        // stub: // Lab 9.3: take this listener out of the Agent (a panic in drop would abort)
         if let Some(inner) = self.agent.upgrade() {
             lock(&inner).listeners.retain(|(id, _)| *id != self.id);
         }
