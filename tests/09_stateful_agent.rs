@@ -1080,8 +1080,6 @@ mod queues {
         agent.steer("改一下").expect("运行中必须接受插话");
         let _ = control.release.send(());
         let result = within("带插话的运行", run).await;
-        assert_eq!(result.reason, RunReason::Stop, "第二个文本回合结束运行");
-        assert_eq!(result.steps, 2, "插话让运行多走一个模型回合");
         assert_eq!(
             lines(&result.messages),
             [
@@ -1092,6 +1090,8 @@ mod queues {
             ],
             "文本停止时有插话，运行不结束：插话进入 transcript，再问一次模型"
         );
+        assert_eq!(result.reason, RunReason::Stop, "第二个文本回合结束运行");
+        assert_eq!(result.steps, 2, "插话让运行多走一个模型回合");
     }
 
     #[tokio::test]
@@ -1113,12 +1113,12 @@ mod queues {
         gate.add_permits(1);
         let result = within("带追加消息的运行", run).await;
         let requests = model.requests();
-        assert_eq!(requests.len(), 3, "追加消息让运行在自然停止后再请求一次");
         assert_eq!(
             lines(&requests[1].messages),
             ["user:做", "assistant:", "toolResult:done:w1"],
             "追加消息不能在工具批次之后进入，只能等自然停止"
         );
+        assert_eq!(requests.len(), 3, "追加消息让运行在自然停止后再请求一次");
         assert_eq!(
             lines(&result.messages),
             [
