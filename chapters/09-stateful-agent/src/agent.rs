@@ -519,11 +519,11 @@ impl Agent {
     ) -> Result<(), AgentError> {
         let mut core = self.lock();
         // An aborted run takes nothing more: abort wins over both queues.
-        if !core
+        let open = core
             .active
             .as_ref()
-            .is_some_and(|run| !run.cancel.is_cancelled())
-        {
+            .is_some_and(|run| !run.cancel.is_cancelled());
+        if !open {
             return Err(AgentError::NotRunning);
         }
         queue(&mut core).push_back(user_message(text));

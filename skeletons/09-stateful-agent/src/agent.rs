@@ -64,6 +64,9 @@ pub struct AgentState {
 }
 
 /// Everything the Agent reports, in the order it happened.
+// `Loop` is the common case (every streamed delta); boxing it would add an allocation per
+// event only to shrink the rarer variants.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
     RunStart {
