@@ -281,6 +281,10 @@ async fn an_abort_pairs_every_pending_call_of_the_batch() {
         RunReason::Aborted,
         "中止的运行以 aborted 结束"
     );
+    assert!(
+        model.tokens().iter().all(CancellationToken::is_cancelled),
+        "abort 必须取消交给模型的令牌"
+    );
     let paired: Vec<(String, Option<Value>)> = result
         .messages
         .iter()
