@@ -684,7 +684,9 @@ mod subscribers {
     async fn listeners_run_after_the_state_is_updated_and_outside_the_lock() {
         let model = HeldModel::new(vec![ScriptedTurn::text("好的")], Vec::new());
         let agent = agent(&model, Vec::new(), None);
-        let seen: Arc<Mutex<Vec<(String, AgentStatus, Option<bool>)>>> = Arc::default();
+        // (event kind, status in the snapshot, whether state() read from outside matches it)
+        type Seen = Vec<(String, AgentStatus, Option<bool>)>;
+        let seen: Arc<Mutex<Seen>> = Arc::default();
         let subscription = {
             let agent = agent.clone();
             let seen = Arc::clone(&seen);
@@ -801,7 +803,8 @@ mod subscribers {
             Vec::new(),
         );
         let agent = agent(&model, Vec::new(), None);
-        let next_run: Arc<Mutex<Option<Result<RunHandle, AgentError>>>> = Arc::default();
+        type Started = Option<Result<RunHandle, AgentError>>;
+        let next_run: Arc<Mutex<Started>> = Arc::default();
         let starter = {
             let agent = agent.clone();
             let next_run = Arc::clone(&next_run);
