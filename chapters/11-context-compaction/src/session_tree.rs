@@ -580,7 +580,6 @@ impl InMemorySessionStore {
         &self,
         entry: &SessionEntry,
     ) -> impl Future<Output = Result<(), AppendError>> + Send + 'static {
-        // stub: async move { todo!() }
         let outcome = {
             let mut state = lock(&self.state);
             let admitted = admit(&mut state.ids, entry);
@@ -939,7 +938,6 @@ impl JsonlSessionStore {
         &self,
         entry: &SessionEntry,
     ) -> impl Future<Output = Result<(), AppendError>> + Send + 'static {
-        // stub: async move { todo!() }
         let queued = enqueue(&self.state, &self.writer, entry);
         async move {
             match queued?.await {
