@@ -140,7 +140,6 @@ fn chars(message: &AgentMessage) -> u64 {
             .map(|content| match content {
                 AssistantContent::Text(text) => count(&text.text),
                 AssistantContent::ToolCall(_) => 1,
-                _ => 0,
             })
             .sum(),
         AgentMessage::ToolResult(result) => result.content.iter().map(|t| count(&t.text)).sum(),
@@ -218,9 +217,11 @@ mod entry {
             } else {
                 line[field] = value;
             }
-            let error = parse_session_entry(&line)
-                .expect_err("缺字段、旧字段、空摘要与错类型都必须拒绝");
-            assert_eq!(error.field, field, "错误必须指出字段 {field}");
+            assert_eq!(
+                parse_session_entry(&line).map_err(|error| error.field),
+                Err(field.to_string()),
+                "缺字段、旧字段、空摘要与错类型都必须拒绝：错误必须指出字段 {field}"
+            );
         }
     }
 
@@ -229,8 +230,11 @@ mod entry {
         for bad in [json!(-1), json!(1.5), json!("12"), json!(1u64 << 53)] {
             let mut line = good();
             line["tokensBefore"] = bad.clone();
-            let error = parse_session_entry(&line).expect_err("tokensBefore 必须是安全范围内的非负整数");
-            assert_eq!(error.field, "tokensBefore", "{bad} 必须在 tokensBefore 上被拒绝");
+            assert_eq!(
+                parse_session_entry(&line).map_err(|error| error.field),
+                Err("tokensBefore".to_string()),
+                "tokensBefore 必须是安全范围内的非负整数：{bad} 必须在 tokensBefore 上被拒绝"
+            );
         }
         let mut line = good();
         line["tokensBefore"] = json!((1u64 << 53) - 1);
@@ -281,6 +285,7 @@ mod groups {
             .says("sys", system("你是 pi"))
             .says("u1", user("读 README"))
             .says("a1", assistant("好的", &[]))
+            .says("sys2", system("换一个提示"))
             .meta("m1")
             .says("u2", user("再读一次"))
             .says("a2", assistant("读", &["c1"]))

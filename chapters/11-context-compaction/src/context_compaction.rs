@@ -51,7 +51,10 @@ pub fn parse_compaction(value: &Value) -> Result<EntryBody, EntryError> {
     let Value::Object(map) = value else {
         return Err(refuse("(整行)", "必须是 JSON object"));
     };
-    if let Some(unknown) = map.keys().find(|key| !COMPACTION_FIELDS.contains(&key.as_str())) {
+    if let Some(unknown) = map
+        .keys()
+        .find(|key| !COMPACTION_FIELDS.contains(&key.as_str()))
+    {
         return Err(refuse(unknown, "未知字段"));
     }
     let text = |field: &str| match map.get(field) {
@@ -155,7 +158,9 @@ pub fn group_interactions(path: &[SessionEntry]) -> Result<Vec<Interaction<'_>>,
             AgentMessage::User(_) => {
                 close(&open)?;
                 open.clear();
-                groups.push(Interaction { entries: Vec::new() });
+                groups.push(Interaction {
+                    entries: Vec::new(),
+                });
             }
             AgentMessage::Assistant(assistant) => {
                 for content in &assistant.content {
@@ -279,10 +284,16 @@ pub fn build_context(
     };
     let kept_groups = &groups[dropped..];
     let mut messages = prefix.to_vec();
-    messages.extend(kept_groups.iter().flat_map(|group| group.messages().cloned()));
+    messages.extend(
+        kept_groups
+            .iter()
+            .flat_map(|group| group.messages().cloned()),
+    );
     BuiltContext {
         messages,
-        first_kept_entry_id: kept_groups.first().map(|group| group.first_id().to_string()),
+        first_kept_entry_id: kept_groups
+            .first()
+            .map(|group| group.first_id().to_string()),
         tokens: prefix_tokens + used,
         fit,
     }
@@ -367,17 +378,17 @@ pub fn create_compaction_entry(
 /// Where the part of `path` the model still sees begins: the first kept entry of the latest
 /// compaction, or the root when there is none.
 fn visible_start(path: &[SessionEntry]) -> usize {
-    let Some((at, kept)) = path
-        .iter()
-        .enumerate()
-        .rev()
-        .find_map(|(at, entry)| match &entry.body {
-            EntryBody::Compaction {
-                first_kept_entry_id,
-                ..
-            } => Some((at, first_kept_entry_id)),
-            _ => None,
-        })
+    let Some((at, kept)) =
+        path.iter()
+            .enumerate()
+            .rev()
+            .find_map(|(at, entry)| match &entry.body {
+                EntryBody::Compaction {
+                    first_kept_entry_id,
+                    ..
+                } => Some((at, first_kept_entry_id)),
+                _ => None,
+            })
     else {
         return 0;
     };
@@ -395,7 +406,10 @@ fn visible_start(path: &[SessionEntry]) -> usize {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResumeError {
     /// The latest compaction keeps from an entry that is not before it on this path.
-    KeptEntryMissing { compaction: String, kept: String },
+    KeptEntryMissing {
+        compaction: String,
+        kept: String,
+    },
     Groups(GroupError),
 }
 
@@ -435,24 +449,29 @@ pub fn resume_context(
         _ => None,
     });
     prefix.extend(system);
-    let latest = path.iter().enumerate().rev().find_map(|(at, entry)| match &entry.body {
-        EntryBody::Compaction {
-            summary,
-            first_kept_entry_id,
-            ..
-        } => Some((at, entry, summary, first_kept_entry_id)),
-        _ => None,
-    });
+    let latest = path
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(at, entry)| match &entry.body {
+            EntryBody::Compaction {
+                summary,
+                first_kept_entry_id,
+                ..
+            } => Some((at, entry, summary, first_kept_entry_id)),
+            _ => None,
+        });
     let kept_from = match latest {
         None => 0,
         Some((at, entry, summary, kept)) => {
             prefix.push(summary_message(summary, entry.timestamp));
-            path[..at].iter().position(|candidate| &candidate.id == kept).ok_or_else(|| {
-                ResumeError::KeptEntryMissing {
+            path[..at]
+                .iter()
+                .position(|candidate| &candidate.id == kept)
+                .ok_or_else(|| ResumeError::KeptEntryMissing {
                     compaction: entry.id.clone(),
                     kept: kept.clone(),
-                }
-            })?
+                })?
         }
     };
     let groups = group_interactions(&path[kept_from..])?;

@@ -225,7 +225,10 @@ pub fn create_compaction_entry(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResumeError {
     /// The latest compaction keeps from an entry that is not before it on this path.
-    KeptEntryMissing { compaction: String, kept: String },
+    KeptEntryMissing {
+        compaction: String,
+        kept: String,
+    },
     Groups(GroupError),
 }
 
