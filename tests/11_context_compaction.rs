@@ -104,11 +104,11 @@ impl Branch {
             id: id.into(),
             parent_id: parent,
             timestamp: 500,
-            body: EntryBody::Compaction {
+            body: EntryBody::Compaction(Compaction {
                 summary: summary.into(),
                 first_kept_entry_id: kept.into(),
                 tokens_before: 999,
-            },
+            }),
         });
         self
     }
@@ -171,11 +171,11 @@ mod entry {
             id: "c1".into(),
             parent_id: Some("a4".into()),
             timestamp: 9_000,
-            body: EntryBody::Compaction {
+            body: EntryBody::Compaction(Compaction {
                 summary: "读过 README".into(),
                 first_kept_entry_id: "u3".into(),
                 tokens_before: 1_234,
-            },
+            }),
         }
     }
 
@@ -539,11 +539,11 @@ mod create {
                 id: "k1".into(),
                 parent_id: Some("a4".into()),
                 timestamp: 700,
-                body: EntryBody::Compaction {
+                body: EntryBody::Compaction(Compaction {
                     summary: "读过 README 两次".into(),
                     first_kept_entry_id: "u3".into(),
                     tokens_before: 321,
-                },
+                }),
             },
             "父节点是路径的叶子，其余字段原样写入"
         );

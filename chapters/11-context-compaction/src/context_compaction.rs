@@ -16,7 +16,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::session_tree::{EntryBody, EntryError, SessionEntry, MAX_SAFE_INTEGER};
+use crate::session_tree::{Compaction, EntryBody, EntryError, SessionEntry, MAX_SAFE_INTEGER};
 use crate::types::{AgentMessage, AssistantContent, TextContent, UserMessage};
 
 /// What the model reads in front of a summary, so it knows the text is not the user speaking.
@@ -71,11 +71,11 @@ pub fn parse_compaction(value: &Value) -> Result<EntryBody, EntryError> {
             _ => return Err(refuse("tokensBefore", "必须是不超过 2^53 - 1 的非负整数")),
         },
     };
-    Ok(EntryBody::Compaction {
+    Ok(EntryBody::Compaction(Compaction {
         summary,
         first_kept_entry_id,
         tokens_before,
-    })
+    }))
     // endregion
 }
 
@@ -365,11 +365,11 @@ pub fn create_compaction_entry(
         id: id.to_string(),
         parent_id: Some(leaf.id.clone()),
         timestamp,
-        body: EntryBody::Compaction {
+        body: EntryBody::Compaction(Compaction {
             summary: summary.to_string(),
             first_kept_entry_id: first_kept_entry_id.to_string(),
             tokens_before,
-        },
+        }),
     })
     // endregion
 }
@@ -383,10 +383,10 @@ fn visible_start(path: &[SessionEntry]) -> usize {
             .enumerate()
             .rev()
             .find_map(|(at, entry)| match &entry.body {
-                EntryBody::Compaction {
+                EntryBody::Compaction(Compaction {
                     first_kept_entry_id,
                     ..
-                } => Some((at, first_kept_entry_id)),
+                }) => Some((at, first_kept_entry_id)),
                 _ => None,
             })
     else {
@@ -454,11 +454,11 @@ pub fn resume_context(
         .enumerate()
         .rev()
         .find_map(|(at, entry)| match &entry.body {
-            EntryBody::Compaction {
+            EntryBody::Compaction(Compaction {
                 summary,
                 first_kept_entry_id,
                 ..
-            } => Some((at, entry, summary, first_kept_entry_id)),
+            }) => Some((at, entry, summary, first_kept_entry_id)),
             _ => None,
         });
     let kept_from = match latest {

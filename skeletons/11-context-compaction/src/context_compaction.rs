@@ -21,7 +21,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::session_tree::{EntryBody, EntryError, SessionEntry, MAX_SAFE_INTEGER};
+use crate::session_tree::{Compaction, EntryBody, EntryError, SessionEntry, MAX_SAFE_INTEGER};
 use crate::types::{AgentMessage, AssistantContent, TextContent, UserMessage};
 
 /// What the model reads in front of a summary, so it knows the text is not the user speaking.
