@@ -634,6 +634,15 @@ mod create {
         let entry = create_compaction_entry(&branch.0, "k2", 800, "第二次摘要", "u4", 1)
             .expect("压缩之后的交互可以作为新的起点");
         assert_eq!(entry.parent_id.as_deref(), Some("a5"), "父节点是新的叶子");
+        let dangling = three_interactions().compacts("k9", "摘要", "u7");
+        assert_eq!(
+            create_compaction_entry(&dangling.0, "k2", 800, "摘要", "u3", 1),
+            Err(CompactionError::KeptEntryMissing {
+                compaction: "k9".into(),
+                kept: "u7".into()
+            }),
+            "最新的压缩要保留的 entry 不在路径上时不能再压缩：猜一个起点会把摘要过的消息放回来"
+        );
     }
 }
 

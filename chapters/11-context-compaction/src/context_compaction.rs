@@ -311,6 +311,11 @@ pub enum CompactionError {
     EmptySummary,
     /// The id is not the first message of an interaction the model currently sees.
     NotAnInteractionStart(String),
+    /// The latest compaction keeps from an entry that is not before it on this path.
+    KeptEntryMissing {
+        compaction: String,
+        kept: String,
+    },
     Groups(GroupError),
 }
 
@@ -323,6 +328,9 @@ impl fmt::Display for CompactionError {
                 f,
                 "{id} 不是当前可见的某次交互的第一条消息：切在这里会拆开一次交互"
             ),
+            CompactionError::KeptEntryMissing { compaction, kept } => {
+                write!(f, "压缩 {compaction} 要保留的 {kept} 不在它之前的路径上")
+            }
             CompactionError::Groups(error) => write!(f, "{error}"),
         }
     }
@@ -351,7 +359,7 @@ pub fn create_compaction_entry(
     if summary.is_empty() {
         return Err(CompactionError::EmptySummary);
     }
-    let visible = &path[visible_start(path)..];
+    let visible = &path[visible_start(path)?..];
     let groups = group_interactions(visible)?;
     if !groups
         .iter()
@@ -376,26 +384,27 @@ pub fn create_compaction_entry(
 
 // region: Lab 11.4 answer-only visible_start
 /// Where the part of `path` the model still sees begins: the first kept entry of the latest
-/// compaction, or the root when there is none.
-fn visible_start(path: &[SessionEntry]) -> usize {
-    let Some((at, kept)) =
-        path.iter()
-            .enumerate()
-            .rev()
-            .find_map(|(at, entry)| match &entry.body {
-                EntryBody::Compaction(Compaction {
-                    first_kept_entry_id,
-                    ..
-                }) => Some((at, first_kept_entry_id)),
-                _ => None,
-            })
-    else {
-        return 0;
+/// compaction, or the root when there is none. A compaction whose kept entry is not before it
+/// is refused: guessing a start would put summarised messages back in front of the model.
+fn visible_start(path: &[SessionEntry]) -> Result<usize, CompactionError> {
+    let latest = path
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(at, entry)| match &entry.body {
+            EntryBody::Compaction(compaction) => Some((at, entry, compaction)),
+            _ => None,
+        });
+    let Some((at, entry, compaction)) = latest else {
+        return Ok(0);
     };
     path[..at]
         .iter()
-        .position(|entry| &entry.id == kept)
-        .unwrap_or(0)
+        .position(|candidate| candidate.id == compaction.first_kept_entry_id)
+        .ok_or_else(|| CompactionError::KeptEntryMissing {
+            compaction: entry.id.clone(),
+            kept: compaction.first_kept_entry_id.clone(),
+        })
 }
 // endregion
 
