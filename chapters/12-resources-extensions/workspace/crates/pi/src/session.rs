@@ -1,0 +1,179 @@
+//! One conversation: the model, the coding tools over one directory, and the transcript that
+//! every turn extends. Each turn is one run of the learner's agent loop.
+
+use std::sync::Arc;
+
+use pi_course::agent_loop::{run_agent_loop, AgentLoopOptions, AgentRunResult};
+use pi_course::coding_tools::CodingTools;
+use pi_course::extensions::{
+    load_extension, Extension, ExtensionContext, ExtensionHost, ExtensionSource, LoadOutcome,
+};
+use pi_course::http_transport::Endpoint;
+use pi_course::resources::resource_patch;
+use pi_course::tool::ToolRegistry;
+use pi_course::types::{now_ms, user_message, AgentContext, AgentMessage, Model, SystemMessage};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::gate::Gate;
+use crate::project::Project;
+use crate::render::Printer;
+use crate::session_store::SessionLog;
+
+/// What the model is told about its situation before the first task.
+pub fn system_prompt(config: &Config) -> String {
+    format!(
+        "You are pi, a coding agent. You work in the directory {} through four tools: read, \
+         write, edit and bash. Paths are relative to that directory, and nothing outside it can \
+         be touched. Read a file before you edit it, keep changes small, check your work with \
+         bash when that helps, and finish with a short answer saying what you did.",
+        config.root.display()
+    )
+}
+
+pub struct Session {
+    model: Arc<dyn Model>,
+    tools: CodingTools,
+    transcript: Vec<AgentMessage>,
+    max_steps: usize,
+    printer: Printer,
+    /// Chapter 10: where every turn is recorded, once a session is attached.
+    log: Option<SessionLog>,
+    project: Project,
+    /// The `pi-resources` system patch, until the first turn puts it into the transcript.
+    resources: Option<AgentMessage>,
+    gate: Option<Arc<Gate>>,
+}
+
+/// How long a hook may take. Generous, because the confirmation hook waits for a person.
+const HOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The built-in confirmation gate is compiled into pi, so trusting it is trusting pi itself;
+/// an extension a project supplies would need the user's own, recorded consent instead.
+struct Builtin(Arc<Gate>);
+
+impl Extension for Builtin {
+    fn register(&self, cx: &mut ExtensionContext) -> Result<(), String> {
+        self.0.register(cx)
+    }
+}
+
+impl Session {
+    pub fn new(config: &Config, max_steps: usize) -> Result<Session, String> {
+        let endpoint = Endpoint::new(config.base_url.clone(), config.api_key.clone());
+        let model = pi_http::openai_compatible_model(endpoint, &config.model)
+            .map_err(|error| format!("无法建立 HTTP 客户端：{error}"))?;
+        let tools = CodingTools::new(&config.root)
+            .map_err(|error| format!("无法在 {} 里工作：{error}", config.root.display()))?;
+        let system = AgentMessage::System(SystemMessage {
+            content: system_prompt(config),
+            sections: None,
+            timestamp: now_ms(),
+        });
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let project = Project::load(&config.root, home.as_deref())?;
+        for warning in &project.warnings {
+            eprintln!("pi：{warning}");
+        }
+        Ok(Session {
+            model: Arc::new(model),
+            tools,
+            transcript: vec![system],
+            // The project's resources join the transcript with the first task.
+            resources: (!project.section.is_empty())
+                .then(|| AgentMessage::System(resource_patch(&project.section))),
+            max_steps,
+            printer: Printer::default(),
+            log: None,
+            project,
+            gate: None,
+        })
+    }
+
+    /// Puts `gate` in front of the mutating tools of every later turn.
+    pub fn confirm(&mut self, gate: Gate) {
+        self.gate = Some(Arc::new(gate));
+    }
+
+    /// A `/name …` line becomes its template's text; other lines stay as they are.
+    pub fn expand(&self, line: &str) -> Result<String, String> {
+        self.project.expand(line)
+    }
+
+    /// The core tools plus `skill`, behind the gate's hook when there is one.
+    fn extend(&self, mut registry: ToolRegistry) -> Result<(ToolRegistry, ExtensionHost), String> {
+        if let Some(skill) = self.project.skill_tool() {
+            registry
+                .register(skill)
+                .map_err(|error| format!("工具注册失败：{error}"))?;
+        }
+        let mut host = ExtensionHost::new(registry).with_hook_timeout(HOOK_TIMEOUT);
+        if let Some(gate) = &self.gate {
+            let source = ExtensionSource {
+                id: "confirm".into(),
+                location: "builtin:confirm".into(),
+            };
+            let gate = Arc::clone(gate);
+            let outcome = load_extension(
+                &mut host,
+                &source,
+                |_| true,
+                move |_| Ok(Box::new(Builtin(gate)) as Box<dyn Extension>),
+            )
+            .map_err(|error| error.to_string())?;
+            debug_assert_eq!(outcome, LoadOutcome::Active);
+        }
+        Ok((host.registry(), host))
+    }
+
+    /// Runs one task to its end and keeps what happened for the next one, cancelled turns
+    /// included: their calls are paired with skipped results, so the transcript stays valid.
+    pub async fn turn(
+        &mut self,
+        prompt: &str,
+        cancel: CancellationToken,
+    ) -> Result<AgentRunResult, String> {
+        // A fresh registry per run, as chapter 06 teaches; the tools share one mutation queue.
+        let registry = self
+            .tools
+            .registry()
+            .map_err(|error| format!("工具注册失败：{error}"))?;
+        let (registry, host) = self.extend(registry)?;
+        let mut messages = self.transcript.clone();
+        messages.extend(self.resources.take());
+        messages.push(user_message(prompt));
+        let context = AgentContext {
+            messages,
+            tools: registry.definitions(),
+        };
+        let mut options = AgentLoopOptions::new(Arc::clone(&self.model), registry, context);
+        options.cancel = cancel;
+        options.on_event = Some(self.printer.sink());
+        options.max_steps = self.max_steps;
+        let result = run_agent_loop(options).await;
+        for diagnostic in host.diagnostics() {
+            eprintln!(
+                "pi：扩展 {} 的 hook 出了故障（调用 {}）：{}",
+                diagnostic.extension_id, diagnostic.call_id, diagnostic.message
+            );
+        }
+        self.transcript = result.messages.clone();
+        if let Some(log) = &mut self.log {
+            log.record(&self.transcript).await?;
+        }
+        Ok(result)
+    }
+}
+
+impl Session {
+    /// Continues the conversation `log` holds (its system prompt included) and records every
+    /// later turn into it.
+    pub fn attach_log(&mut self, mut log: SessionLog) -> Result<(), String> {
+        let earlier = log.messages()?;
+        if !earlier.is_empty() {
+            self.transcript = earlier;
+        }
+        self.log = Some(log);
+        Ok(())
+    }
+}
