@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use pi_course::context_compaction::Budget;
+use pi_course::extensions::*;
 use pi_course::runtime_modes::*;
 use pi_course::scripted_model::{tool_call, ScriptedModel, ScriptedTurn};
 use pi_course::session_tree::*;
@@ -349,7 +350,9 @@ mod adapter {
     impl Model for Recorder {
         fn stream(&self, context: &AgentContext, options: StreamOptions) -> AssistantMessageEventStream {
             lock(&self.seen).push((context.clone(), options.cancel.clone()));
-            self.script.clone().expect("这个测试不该调用内层模型").stream(context, options)
+            // Without a script the inner model answers with chapter 04's out-of-script error.
+            let script = self.script.clone().unwrap_or_else(|| ScriptedModel::new(Vec::new()));
+            script.stream(context, options)
         }
     }
 
@@ -520,6 +523,52 @@ mod persist {
             );
             assert_eq!(entries[3].parent_id.as_deref(), Some("p2"), "新 entry 挂在指定的 leaf 下面");
         }
+    }
+
+    struct Deny;
+
+    impl Extension for Deny {
+        fn register(&self, cx: &mut ExtensionContext) -> Result<(), String> {
+            cx.on_before_tool_call(|call: ToolCall| async move {
+                HookDecision::Deny(format!("不许调用 {}", call.name))
+            });
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn resources_join_the_system_prompt_and_extension_hooks_wrap_the_tools() {
+        let mut host = ExtensionHost::new(registry(vec![echo_tool()]));
+        let source = ExtensionSource {
+            id: "deny".into(),
+            location: "deny.rs".into(),
+        };
+        load_extension(&mut host, &source, |_| true, |_| Ok(Box::new(Deny))).expect("扩展应当加载");
+        let model = ScriptedModel::new(vec![
+            ScriptedTurn::tool_calls(vec![tool_call("c1", "echo", json!({}))]),
+            ScriptedTurn::text("好的"),
+        ]);
+        let store = Arc::new(FakeStore::default());
+        let mut dependencies = deps(&model, Arc::clone(&store) as Arc<dyn SessionStore>, ToolRegistry::default());
+        dependencies.resources = Some("资源".into());
+        dependencies.extensions = Some(host);
+        let mut config = RuntimeConfig::new(None, unlimited());
+        config.system_prompt = Some("base".into());
+        let runtime = create_runtime(config, dependencies).expect("应当建成");
+        assert_eq!(runtime.resources(), Some("资源"), "运行时保留它接上的资源");
+        assert_eq!(
+            runtime.extensions().map(|host| host.extensions().to_vec()),
+            Some(vec!["deny".to_string()]),
+            "运行时保留它接上的扩展"
+        );
+        within("带扩展的 prompt", runtime.prompt("go")).await.expect("prompt 应当成功");
+        let tools: Vec<String> = model.requests()[0].tools.iter().map(|tool| tool.name.clone()).collect();
+        assert_eq!(tools, ["echo"], "扩展包着的核心工具照样发给模型");
+        assert_eq!(
+            entry_shape(&store.entries()),
+            ["system:base\n\n资源", "user:go", "assistant:", "tool:Tool echo failed: 调用被扩展拒绝（deny）：不许调用 echo", "assistant:好的"],
+            "资源段落接在基础 prompt 后面；工具调用先过扩展的 before hook"
+        );
     }
 
     #[test]
@@ -719,7 +768,8 @@ mod modes {
         let model = texts(&["a1"]);
         let store = Arc::new(FakeStore::default());
         let runtime = fresh(&model, Arc::clone(&store), None);
-        let error = within("输出失败", run_mode(&runtime, "print", "q1", &mut Broken)).await.err();
+        // json writes while the run works: the very first line fails.
+        let error = within("输出失败", run_mode(&runtime, "json", "q1", &mut Broken)).await.err();
         let Some(ModeError::Io(error)) = error else {
             panic!("输出错误应当是 ModeError::Io，得到 {error:?}");
         };
