@@ -122,13 +122,17 @@ pub struct RuntimeDeps {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeError {
     /// The session has entries but no leaf was named.
-    LeafRequired { entries: usize },
+    LeafRequired {
+        entries: usize,
+    },
     Path(PathError),
     Agent(AgentError),
     /// This prompt's write failed; the runtime is poisoned from now on.
     Write(AppendError),
     /// An earlier write failed; `cause` says which.
-    Poisoned { cause: String },
+    Poisoned {
+        cause: String,
+    },
     Disposed,
 }
 
@@ -269,8 +273,7 @@ pub fn create_runtime(config: RuntimeConfig, deps: RuntimeDeps) -> Result<Runtim
         }
     };
     let messages: Vec<AgentMessage> = messages_of(&path).cloned().collect();
-    let wanted_system =
-        compose_system(config.system_prompt.as_deref(), deps.resources.as_deref());
+    let wanted_system = compose_system(config.system_prompt.as_deref(), deps.resources.as_deref());
     let book = Arc::new(Mutex::new(Book {
         // A fresh session gets the wanted prompt as the Agent's base: nothing to patch.
         current_system: match path.is_empty() {
@@ -333,7 +336,10 @@ impl Runtime {
     /// The last persisted entry of the active path; `None` before the first write.
     pub fn active_leaf(&self) -> Option<String> {
         let book = lock(&self.shared.book);
-        book.snapshot.active_path.last().map(|entry| entry.id.clone())
+        book.snapshot
+            .active_path
+            .last()
+            .map(|entry| entry.id.clone())
     }
 }
 
@@ -389,7 +395,11 @@ impl ContextProjectingModel {
 }
 
 impl Model for ContextProjectingModel {
-    fn stream(&self, context: &AgentContext, options: StreamOptions) -> AssistantMessageEventStream {
+    fn stream(
+        &self,
+        context: &AgentContext,
+        options: StreamOptions,
+    ) -> AssistantMessageEventStream {
         // region: Lab 13.2 stream
         match self.project(&context.messages) {
             Ok(messages) => {
@@ -454,11 +464,18 @@ impl Runtime {
                         cause: cause.clone(),
                     });
                 }
-                system_patch(shared.wanted_system.as_deref(), book.current_system.as_deref())
+                system_patch(
+                    shared.wanted_system.as_deref(),
+                    book.current_system.as_deref(),
+                )
             };
             let mut prompt = Prompt::new(&text);
             prompt.system = patch;
-            let run = shared.control.agent.prompt(prompt).map_err(RuntimeError::Agent)?;
+            let run = shared
+                .control
+                .agent
+                .prompt(prompt)
+                .map_err(RuntimeError::Agent)?;
             let result = run.await;
             persist(&shared, &result.messages).await?;
             Ok(result)
@@ -490,7 +507,11 @@ async fn persist(shared: &Shared, transcript: &[AgentMessage]) -> Result<(), Run
     for message in transcript.get(start..).unwrap_or_default() {
         let entry = {
             let book = lock(&shared.book);
-            let parent = book.snapshot.active_path.last().map(|entry| entry.id.clone());
+            let parent = book
+                .snapshot
+                .active_path
+                .last()
+                .map(|entry| entry.id.clone());
             SessionEntry::message(
                 &(shared.create_id)(),
                 parent.as_deref(),
@@ -537,10 +558,9 @@ pub enum ModeError {
 impl fmt::Display for ModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ModeError::Unknown(name) => write!(
-                f,
-                "未知的模式 {name:?}：只能是 interactive、print 或 json"
-            ),
+            ModeError::Unknown(name) => {
+                write!(f, "未知的模式 {name:?}：只能是 interactive、print 或 json")
+            }
             ModeError::Runtime(error) => write!(f, "{error}"),
             ModeError::Io(error) => write!(f, "{error}"),
         }
@@ -592,7 +612,9 @@ pub fn event_json(event: &AgentEvent) -> Option<Value> {
     // region: Lab 13.4 event_json
     let v = JSON_EVENT_VERSION;
     let line = match event {
-        AgentEvent::RunStart { run_id, .. } => json!({"v": v, "type": "run_start", "runId": run_id}),
+        AgentEvent::RunStart { run_id, .. } => {
+            json!({"v": v, "type": "run_start", "runId": run_id})
+        }
         AgentEvent::Loop { run_id, event } => match event {
             LoopEvent::Model(ModelEvent::TextDelta { delta, .. }) => {
                 json!({"v": v, "type": "text_delta", "runId": run_id, "delta": delta})
