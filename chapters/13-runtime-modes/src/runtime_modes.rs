@@ -448,6 +448,7 @@ impl Runtime {
         text: &str,
     ) -> impl Future<Output = Result<AgentRunResult, RuntimeError>> + Send + 'static {
         // region: Lab 13.3 prompt
+        // stub: async move { todo!() }
         let closed = lock(&self.shared.book).closed;
         let shared = Arc::clone(&self.shared);
         let text = text.to_string();
