@@ -104,11 +104,11 @@ impl Branch {
             id: id.into(),
             parent_id: parent,
             timestamp: 500,
-            body: EntryBody::Compaction {
+            body: EntryBody::Compaction(Compaction {
                 summary: summary.into(),
                 first_kept_entry_id: kept.into(),
                 tokens_before: 999,
-            },
+            }),
         });
         self
     }
@@ -140,7 +140,6 @@ fn chars(message: &AgentMessage) -> u64 {
             .map(|content| match content {
                 AssistantContent::Text(text) => count(&text.text),
                 AssistantContent::ToolCall(_) => 1,
-                _ => 0,
             })
             .sum(),
         AgentMessage::ToolResult(result) => result.content.iter().map(|t| count(&t.text)).sum(),
@@ -172,11 +171,11 @@ mod entry {
             id: "c1".into(),
             parent_id: Some("a4".into()),
             timestamp: 9_000,
-            body: EntryBody::Compaction {
+            body: EntryBody::Compaction(Compaction {
                 summary: "读过 README".into(),
                 first_kept_entry_id: "u3".into(),
                 tokens_before: 1_234,
-            },
+            }),
         }
     }
 
@@ -218,9 +217,11 @@ mod entry {
             } else {
                 line[field] = value;
             }
-            let error = parse_session_entry(&line)
-                .expect_err("缺字段、旧字段、空摘要与错类型都必须拒绝");
-            assert_eq!(error.field, field, "错误必须指出字段 {field}");
+            assert_eq!(
+                parse_session_entry(&line).map_err(|error| error.field),
+                Err(field.to_string()),
+                "缺字段、旧字段、空摘要与错类型都必须拒绝：错误必须指出字段 {field}"
+            );
         }
     }
 
@@ -229,8 +230,11 @@ mod entry {
         for bad in [json!(-1), json!(1.5), json!("12"), json!(1u64 << 53)] {
             let mut line = good();
             line["tokensBefore"] = bad.clone();
-            let error = parse_session_entry(&line).expect_err("tokensBefore 必须是安全范围内的非负整数");
-            assert_eq!(error.field, "tokensBefore", "{bad} 必须在 tokensBefore 上被拒绝");
+            assert_eq!(
+                parse_session_entry(&line).map_err(|error| error.field),
+                Err("tokensBefore".to_string()),
+                "tokensBefore 必须是安全范围内的非负整数：{bad} 必须在 tokensBefore 上被拒绝"
+            );
         }
         let mut line = good();
         line["tokensBefore"] = json!((1u64 << 53) - 1);
@@ -251,7 +255,11 @@ mod entry {
                 "内存 store 必须接受父节点已知的压缩 entry"
             );
         }
-        assert_eq!(memory.entries(), vec![root.clone(), compaction()], "内存 store 保存压缩 entry");
+        assert_eq!(
+            memory.entries(),
+            vec![root.clone(), compaction()],
+            "内存 store 保存压缩 entry"
+        );
 
         let file = PathBuf::from("/sessions/s11.jsonl");
         let io = Arc::new(MemoryFileIo::new());
@@ -263,7 +271,8 @@ mod entry {
                 "JSONL store 必须写下压缩 entry"
             );
         }
-        let again = JsonlSessionStore::open(&file, io.clone()).expect("写过压缩 entry 的文件必须能重新打开");
+        let again = JsonlSessionStore::open(&file, io.clone())
+            .expect("写过压缩 entry 的文件必须能重新打开");
         assert_eq!(
             again.entries(),
             vec![root, compaction()],
@@ -281,6 +290,7 @@ mod groups {
             .says("sys", system("你是 pi"))
             .says("u1", user("读 README"))
             .says("a1", assistant("好的", &[]))
+            .says("sys2", system("换一个提示"))
             .meta("m1")
             .says("u2", user("再读一次"))
             .says("a2", assistant("读", &["c1"]))
@@ -421,14 +431,29 @@ mod budget {
         let branch = three_interactions();
         let groups = group_interactions(&branch.0).expect("分组");
         let built = build_context(&[system("你是 pi")], &groups, &roomy(), &chars);
-        let expected: Vec<AgentMessage> = branch.0.iter().filter_map(|entry| match &entry.body {
-            EntryBody::Message { message } => Some(message.clone()),
-            _ => None,
-        }).collect();
-        assert_eq!(built.messages, expected, "预算足够时发送前缀加全部交互，顺序不变");
+        let expected: Vec<AgentMessage> = branch
+            .0
+            .iter()
+            .filter_map(|entry| match &entry.body {
+                EntryBody::Message { message } => Some(message.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            built.messages, expected,
+            "预算足够时发送前缀加全部交互，顺序不变"
+        );
         assert_eq!(built.fit, Fit::WithinBudget, "全部放得下时说 WithinBudget");
-        assert_eq!(built.first_kept_entry_id.as_deref(), Some("u1"), "第一次交互被保留");
-        assert_eq!(built.tokens, 5 + 8 + 2 + 4 + 2 + 4 + 3 + 2 + 4, "tokens 是调用者估计器给出的总数（按字符，不按字节）");
+        assert_eq!(
+            built.first_kept_entry_id.as_deref(),
+            Some("u1"),
+            "第一次交互被保留"
+        );
+        assert_eq!(
+            built.tokens,
+            5 + 8 + 2 + 4 + 2 + 4 + 3 + 2 + 4,
+            "tokens 是调用者估计器给出的总数（按字符，不按字节）"
+        );
     }
 
     #[test]
@@ -480,12 +505,18 @@ mod budget {
         let built = build_context(&[], &groups, &budget, &chars);
         assert_eq!(
             built.messages,
-            vec![user("读"), assistant("读", &["c1"]), result("c1", "很长很长的文件内容")],
+            vec![
+                user("读"),
+                assistant("读", &["c1"]),
+                result("c1", "很长很长的文件内容")
+            ],
             "最新的交互整段保留：调用和它的结果不能分开"
         );
         assert_eq!(
             built.fit,
-            Fit::NewestOverflows { over_by: 1 + 2 + 9 - 5 },
+            Fit::NewestOverflows {
+                over_by: 1 + 2 + 9 - 5
+            },
             "结果必须说明最新交互本身就超出预算，以及超出多少"
         );
         let impossible = Budget {
@@ -511,11 +542,19 @@ mod budget {
             safety_margin: 0,
         };
         let by_chars = build_context(&[], &groups, &budget, &chars);
-        assert_eq!(by_chars.fit, Fit::Trimmed { dropped: 1 }, "按字符估计放得下两次交互（6 ≤ 7）");
+        assert_eq!(
+            by_chars.fit,
+            Fit::Trimmed { dropped: 1 },
+            "按字符估计放得下两次交互（6 ≤ 7）"
+        );
         assert_eq!(by_chars.tokens, 6, "按字符估计：每次交互 3");
         let flat = |_: &AgentMessage| 1;
         let by_count = build_context(&[], &groups, &budget, &flat);
-        assert_eq!(by_count.fit, Fit::WithinBudget, "换一个估计器结果就随之改变：只能用调用者的估计器");
+        assert_eq!(
+            by_count.fit,
+            Fit::WithinBudget,
+            "换一个估计器结果就随之改变：只能用调用者的估计器"
+        );
         assert_eq!(by_count.tokens, 3, "每条消息算 1");
     }
 }
@@ -534,11 +573,11 @@ mod create {
                 id: "k1".into(),
                 parent_id: Some("a4".into()),
                 timestamp: 700,
-                body: EntryBody::Compaction {
+                body: EntryBody::Compaction(Compaction {
                     summary: "读过 README 两次".into(),
                     first_kept_entry_id: "u3".into(),
                     tokens_before: 321,
-                },
+                }),
             },
             "父节点是路径的叶子，其余字段原样写入"
         );
@@ -595,6 +634,15 @@ mod create {
         let entry = create_compaction_entry(&branch.0, "k2", 800, "第二次摘要", "u4", 1)
             .expect("压缩之后的交互可以作为新的起点");
         assert_eq!(entry.parent_id.as_deref(), Some("a5"), "父节点是新的叶子");
+        let dangling = three_interactions().compacts("k9", "摘要", "u7");
+        assert_eq!(
+            create_compaction_entry(&dangling.0, "k2", 800, "摘要", "u3", 1),
+            Err(CompactionError::KeptEntryMissing {
+                compaction: "k9".into(),
+                kept: "u7".into()
+            }),
+            "最新的压缩要保留的 entry 不在路径上时不能再压缩：猜一个起点会把摘要过的消息放回来"
+        );
     }
 }
 
@@ -631,7 +679,11 @@ mod resume {
             ],
             "顺序是 [system, 摘要, 从 firstKeptEntryId 起的交互…]，压缩之后的消息也在内"
         );
-        assert_eq!(built.first_kept_entry_id.as_deref(), Some("u2"), "保留部分从 u2 开始");
+        assert_eq!(
+            built.first_kept_entry_id.as_deref(),
+            Some("u2"),
+            "保留部分从 u2 开始"
+        );
         assert_eq!(built.fit, Fit::WithinBudget, "全部放得下");
     }
 
@@ -681,9 +733,17 @@ mod resume {
             ],
             "当前的 system 消息来自整条路径（哪怕在切点之前），只发最新的一条，不进摘要"
         );
-        let plain = resume_context(&Branch::default().says("u1", user("一")).0, &roomy(), &chars)
-            .expect("没有 system、没有压缩也能恢复");
-        assert_eq!(plain.messages, vec![user("一")], "没有 system 和压缩时只发交互");
+        let plain = resume_context(
+            &Branch::default().says("u1", user("一")).0,
+            &roomy(),
+            &chars,
+        )
+        .expect("没有 system、没有压缩也能恢复");
+        assert_eq!(
+            plain.messages,
+            vec![user("一")],
+            "没有 system 和压缩时只发交互"
+        );
     }
 
     #[test]
@@ -705,8 +765,9 @@ mod resume {
         );
         let kept = built.first_kept_entry_id.expect("至少保留最新的交互");
         assert_eq!(kept, "u3", "u2 那次交互放不下");
-        let again = create_compaction_entry(&branch.0, "k2", 900, "更新的摘要", &kept, built.tokens)
-            .expect("恢复后选出的起点必须能再次压缩");
+        let again =
+            create_compaction_entry(&branch.0, "k2", 900, "更新的摘要", &kept, built.tokens)
+                .expect("恢复后选出的起点必须能再次压缩");
         let mut path = branch.0.clone();
         path.push(again);
         let resumed = resume_context(&path, &roomy(), &chars).expect("再次压缩后仍能恢复");
@@ -715,7 +776,11 @@ mod resume {
             summary("更新的摘要", 900),
             "再次压缩后用新的摘要"
         );
-        assert_eq!(resumed.first_kept_entry_id.as_deref(), Some("u3"), "从新的起点保留");
+        assert_eq!(
+            resumed.first_kept_entry_id.as_deref(),
+            Some("u3"),
+            "从新的起点保留"
+        );
 
         let dangling = three_interactions().compacts("k9", "摘要", "u7");
         assert_eq!(

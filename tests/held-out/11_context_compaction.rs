@@ -111,8 +111,9 @@ fn a_second_and_third_compaction_replace_the_summary() {
         .into_iter()
         .enumerate()
     {
-        let made = create_compaction_entry(&path, id, 40 + k as u64, &format!("摘要 {k}"), kept, 10)
-            .expect("每次压缩都切在可见交互的开头");
+        let made =
+            create_compaction_entry(&path, id, 40 + k as u64, &format!("摘要 {k}"), kept, 10)
+                .expect("每次压缩都切在可见交互的开头");
         path.push(made);
     }
     assert_eq!(

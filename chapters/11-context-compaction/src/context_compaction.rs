@@ -16,7 +16,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::session_tree::{EntryBody, EntryError, SessionEntry, MAX_SAFE_INTEGER};
+use crate::session_tree::{Compaction, EntryBody, EntryError, SessionEntry, MAX_SAFE_INTEGER};
 use crate::types::{AgentMessage, AssistantContent, TextContent, UserMessage};
 
 /// What the model reads in front of a summary, so it knows the text is not the user speaking.
@@ -51,7 +51,10 @@ pub fn parse_compaction(value: &Value) -> Result<EntryBody, EntryError> {
     let Value::Object(map) = value else {
         return Err(refuse("(整行)", "必须是 JSON object"));
     };
-    if let Some(unknown) = map.keys().find(|key| !COMPACTION_FIELDS.contains(&key.as_str())) {
+    if let Some(unknown) = map
+        .keys()
+        .find(|key| !COMPACTION_FIELDS.contains(&key.as_str()))
+    {
         return Err(refuse(unknown, "未知字段"));
     }
     let text = |field: &str| match map.get(field) {
@@ -68,11 +71,11 @@ pub fn parse_compaction(value: &Value) -> Result<EntryBody, EntryError> {
             _ => return Err(refuse("tokensBefore", "必须是不超过 2^53 - 1 的非负整数")),
         },
     };
-    Ok(EntryBody::Compaction {
+    Ok(EntryBody::Compaction(Compaction {
         summary,
         first_kept_entry_id,
         tokens_before,
-    })
+    }))
     // endregion
 }
 
@@ -155,7 +158,9 @@ pub fn group_interactions(path: &[SessionEntry]) -> Result<Vec<Interaction<'_>>,
             AgentMessage::User(_) => {
                 close(&open)?;
                 open.clear();
-                groups.push(Interaction { entries: Vec::new() });
+                groups.push(Interaction {
+                    entries: Vec::new(),
+                });
             }
             AgentMessage::Assistant(assistant) => {
                 for content in &assistant.content {
@@ -279,10 +284,16 @@ pub fn build_context(
     };
     let kept_groups = &groups[dropped..];
     let mut messages = prefix.to_vec();
-    messages.extend(kept_groups.iter().flat_map(|group| group.messages().cloned()));
+    messages.extend(
+        kept_groups
+            .iter()
+            .flat_map(|group| group.messages().cloned()),
+    );
     BuiltContext {
         messages,
-        first_kept_entry_id: kept_groups.first().map(|group| group.first_id().to_string()),
+        first_kept_entry_id: kept_groups
+            .first()
+            .map(|group| group.first_id().to_string()),
         tokens: prefix_tokens + used,
         fit,
     }
@@ -300,6 +311,11 @@ pub enum CompactionError {
     EmptySummary,
     /// The id is not the first message of an interaction the model currently sees.
     NotAnInteractionStart(String),
+    /// The latest compaction keeps from an entry that is not before it on this path.
+    KeptEntryMissing {
+        compaction: String,
+        kept: String,
+    },
     Groups(GroupError),
 }
 
@@ -312,6 +328,9 @@ impl fmt::Display for CompactionError {
                 f,
                 "{id} 不是当前可见的某次交互的第一条消息：切在这里会拆开一次交互"
             ),
+            CompactionError::KeptEntryMissing { compaction, kept } => {
+                write!(f, "压缩 {compaction} 要保留的 {kept} 不在它之前的路径上")
+            }
             CompactionError::Groups(error) => write!(f, "{error}"),
         }
     }
@@ -340,7 +359,7 @@ pub fn create_compaction_entry(
     if summary.is_empty() {
         return Err(CompactionError::EmptySummary);
     }
-    let visible = &path[visible_start(path)..];
+    let visible = &path[visible_start(path)?..];
     let groups = group_interactions(visible)?;
     if !groups
         .iter()
@@ -354,37 +373,38 @@ pub fn create_compaction_entry(
         id: id.to_string(),
         parent_id: Some(leaf.id.clone()),
         timestamp,
-        body: EntryBody::Compaction {
+        body: EntryBody::Compaction(Compaction {
             summary: summary.to_string(),
             first_kept_entry_id: first_kept_entry_id.to_string(),
             tokens_before,
-        },
+        }),
     })
     // endregion
 }
 
 // region: Lab 11.4 answer-only visible_start
 /// Where the part of `path` the model still sees begins: the first kept entry of the latest
-/// compaction, or the root when there is none.
-fn visible_start(path: &[SessionEntry]) -> usize {
-    let Some((at, kept)) = path
+/// compaction, or the root when there is none. A compaction whose kept entry is not before it
+/// is refused: guessing a start would put summarised messages back in front of the model.
+fn visible_start(path: &[SessionEntry]) -> Result<usize, CompactionError> {
+    let latest = path
         .iter()
         .enumerate()
         .rev()
         .find_map(|(at, entry)| match &entry.body {
-            EntryBody::Compaction {
-                first_kept_entry_id,
-                ..
-            } => Some((at, first_kept_entry_id)),
+            EntryBody::Compaction(compaction) => Some((at, entry, compaction)),
             _ => None,
-        })
-    else {
-        return 0;
+        });
+    let Some((at, entry, compaction)) = latest else {
+        return Ok(0);
     };
     path[..at]
         .iter()
-        .position(|entry| &entry.id == kept)
-        .unwrap_or(0)
+        .position(|candidate| candidate.id == compaction.first_kept_entry_id)
+        .ok_or_else(|| CompactionError::KeptEntryMissing {
+            compaction: entry.id.clone(),
+            kept: compaction.first_kept_entry_id.clone(),
+        })
 }
 // endregion
 
@@ -395,7 +415,10 @@ fn visible_start(path: &[SessionEntry]) -> usize {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResumeError {
     /// The latest compaction keeps from an entry that is not before it on this path.
-    KeptEntryMissing { compaction: String, kept: String },
+    KeptEntryMissing {
+        compaction: String,
+        kept: String,
+    },
     Groups(GroupError),
 }
 
@@ -435,24 +458,29 @@ pub fn resume_context(
         _ => None,
     });
     prefix.extend(system);
-    let latest = path.iter().enumerate().rev().find_map(|(at, entry)| match &entry.body {
-        EntryBody::Compaction {
-            summary,
-            first_kept_entry_id,
-            ..
-        } => Some((at, entry, summary, first_kept_entry_id)),
-        _ => None,
-    });
+    let latest = path
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(at, entry)| match &entry.body {
+            EntryBody::Compaction(Compaction {
+                summary,
+                first_kept_entry_id,
+                ..
+            }) => Some((at, entry, summary, first_kept_entry_id)),
+            _ => None,
+        });
     let kept_from = match latest {
         None => 0,
         Some((at, entry, summary, kept)) => {
             prefix.push(summary_message(summary, entry.timestamp));
-            path[..at].iter().position(|candidate| &candidate.id == kept).ok_or_else(|| {
-                ResumeError::KeptEntryMissing {
+            path[..at]
+                .iter()
+                .position(|candidate| &candidate.id == kept)
+                .ok_or_else(|| ResumeError::KeptEntryMissing {
                     compaction: entry.id.clone(),
                     kept: kept.clone(),
-                }
-            })?
+                })?
         }
     };
     let groups = group_interactions(&path[kept_from..])?;

@@ -55,14 +55,17 @@ pub struct SessionEntry {
 pub enum EntryBody {
     Message { message: AgentMessage },
     Metadata { key: String, value: Value },
-    /// Chapter 11: the messages before `first_kept_entry_id` are replaced, for the model, by
-    /// `summary`; the history itself keeps every entry.
-    #[serde(rename_all = "camelCase")]
-    Compaction {
-        summary: String,
-        first_kept_entry_id: String,
-        tokens_before: u64,
-    },
+    Compaction(Compaction),
+}
+
+/// Chapter 11: for the model, the messages before `first_kept_entry_id` are replaced by
+/// `summary`; the history itself keeps every entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Compaction {
+    pub summary: String,
+    pub first_kept_entry_id: String,
+    pub tokens_before: u64,
 }
 
 impl SessionEntry {

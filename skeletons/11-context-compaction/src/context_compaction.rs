@@ -21,7 +21,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::session_tree::{EntryBody, EntryError, SessionEntry, MAX_SAFE_INTEGER};
+use crate::session_tree::{Compaction, EntryBody, EntryError, SessionEntry, MAX_SAFE_INTEGER};
 use crate::types::{AgentMessage, AssistantContent, TextContent, UserMessage};
 
 /// What the model reads in front of a summary, so it knows the text is not the user speaking.
@@ -180,6 +180,11 @@ pub enum CompactionError {
     EmptySummary,
     /// The id is not the first message of an interaction the model currently sees.
     NotAnInteractionStart(String),
+    /// The latest compaction keeps from an entry that is not before it on this path.
+    KeptEntryMissing {
+        compaction: String,
+        kept: String,
+    },
     Groups(GroupError),
 }
 
@@ -192,6 +197,9 @@ impl fmt::Display for CompactionError {
                 f,
                 "{id} 不是当前可见的某次交互的第一条消息：切在这里会拆开一次交互"
             ),
+            CompactionError::KeptEntryMissing { compaction, kept } => {
+                write!(f, "压缩 {compaction} 要保留的 {kept} 不在它之前的路径上")
+            }
             CompactionError::Groups(error) => write!(f, "{error}"),
         }
     }
@@ -225,7 +233,10 @@ pub fn create_compaction_entry(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResumeError {
     /// The latest compaction keeps from an entry that is not before it on this path.
-    KeptEntryMissing { compaction: String, kept: String },
+    KeptEntryMissing {
+        compaction: String,
+        kept: String,
+    },
     Groups(GroupError),
 }
 
