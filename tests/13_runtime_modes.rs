@@ -170,7 +170,10 @@ impl SessionStore for FakeStore {
         let gate = self.gate.clone();
         Box::pin(async move {
             if let Some(gate) = gate {
-                gate.acquire().await.expect("测试不会关闭 semaphore").forget();
+                gate.acquire()
+                    .await
+                    .expect("测试不会关闭 semaphore")
+                    .forget();
             }
             Ok(())
         })
@@ -218,7 +221,12 @@ fn deps(model: &ScriptedModel, store: Arc<dyn SessionStore>, tools: ToolRegistry
 }
 
 fn texts(values: &[&str]) -> ScriptedModel {
-    ScriptedModel::new(values.iter().map(|value| ScriptedTurn::text(value)).collect())
+    ScriptedModel::new(
+        values
+            .iter()
+            .map(|value| ScriptedTurn::text(value))
+            .collect(),
+    )
 }
 
 fn echo_tool() -> SharedTool {
@@ -272,24 +280,42 @@ mod shell {
     fn an_empty_session_builds_one_shell_and_writes_nothing() {
         let store = Arc::new(FakeStore::default());
         let runtime = fresh(&texts(&[]), Arc::clone(&store), Some("base"));
-        assert_eq!(runtime.active_leaf(), None, "空会话还没有 leaf：第一次写入之前没有");
+        assert_eq!(
+            runtime.active_leaf(),
+            None,
+            "空会话还没有 leaf：第一次写入之前没有"
+        );
         assert!(
             runtime.control().state().messages.is_empty(),
             "空会话的 Agent 从空 transcript 开始"
         );
-        assert!(store.entries().is_empty(), "创建运行时不写任何东西：写入只发生在 prompt 之后");
-        assert!(runtime.extensions().is_none() && runtime.resources().is_none(), "没给的依赖就没有");
+        assert!(
+            store.entries().is_empty(),
+            "创建运行时不写任何东西：写入只发生在 prompt 之后"
+        );
+        assert!(
+            runtime.extensions().is_none() && runtime.resources().is_none(),
+            "没给的依赖就没有"
+        );
     }
 
     #[test]
     fn a_non_empty_session_needs_an_explicit_leaf() {
-        let store = Arc::new(FakeStore::with(chain(vec![system("s"), user("q"), answer("a")])));
+        let store = Arc::new(FakeStore::with(chain(vec![
+            system("s"),
+            user("q"),
+            answer("a"),
+        ])));
         let built = create_runtime(
             RuntimeConfig::new(None, unlimited()),
             deps(&texts(&[]), store, ToolRegistry::default()),
         );
         let error = built.err().expect("非空会话没有指定 leaf 必须拒绝");
-        assert_eq!(error, RuntimeError::LeafRequired { entries: 3 }, "错误要说出会话里有几个 entry");
+        assert_eq!(
+            error,
+            RuntimeError::LeafRequired { entries: 3 },
+            "错误要说出会话里有几个 entry"
+        );
         assert_eq!(
             error.to_string(),
             "会话里已经有 3 个 entry：恢复时必须指定要继续的 leaf",
@@ -316,16 +342,39 @@ mod shell {
         let mut entries = chain(vec![system("s"), user("q1"), answer("a1")]);
         entries.push(SessionEntry::message("x1", Some("p2"), 20, user("left")));
         entries.push(SessionEntry::message("y1", Some("p2"), 21, user("right")));
-        entries.push(SessionEntry::message("y2", Some("y1"), 22, answer("right answer")));
+        entries.push(SessionEntry::message(
+            "y2",
+            Some("y1"),
+            22,
+            answer("right answer"),
+        ));
         let store = Arc::new(FakeStore::with(entries));
         let runtime = create_runtime(
             RuntimeConfig::new(Some("y2"), unlimited()),
-            deps(&texts(&[]), Arc::clone(&store) as Arc<dyn SessionStore>, ToolRegistry::default()),
+            deps(
+                &texts(&[]),
+                Arc::clone(&store) as Arc<dyn SessionStore>,
+                ToolRegistry::default(),
+            ),
         )
         .expect("存在的 leaf 应当建成运行时");
-        let expected = ["system:s", "user:q1", "assistant:a1", "user:right", "assistant:right answer"];
-        assert_eq!(shape(&runtime.control().state().messages), expected, "Agent 只拿到所选 leaf 的路径");
-        assert_eq!(runtime.active_leaf().as_deref(), Some("y2"), "活动 leaf 就是指定的 leaf");
+        let expected = [
+            "system:s",
+            "user:q1",
+            "assistant:a1",
+            "user:right",
+            "assistant:right answer",
+        ];
+        assert_eq!(
+            shape(&runtime.control().state().messages),
+            expected,
+            "Agent 只拿到所选 leaf 的路径"
+        );
+        assert_eq!(
+            runtime.active_leaf().as_deref(),
+            Some("y2"),
+            "活动 leaf 就是指定的 leaf"
+        );
         lock(&store.entries).clear();
         assert_eq!(
             shape(&runtime.control().state().messages),
@@ -340,23 +389,37 @@ mod shell {
 mod adapter {
     use super::*;
 
+    /// One request: the context and the token the inner model was given.
+    type Seen = (AgentContext, Option<CancellationToken>);
+
     /// Records what the inner model received and the token it was given.
     #[derive(Clone, Default)]
     struct Recorder {
         script: Option<ScriptedModel>,
-        seen: Arc<Mutex<Vec<(AgentContext, Option<CancellationToken>)>>>,
+        seen: Arc<Mutex<Vec<Seen>>>,
     }
 
     impl Model for Recorder {
-        fn stream(&self, context: &AgentContext, options: StreamOptions) -> AssistantMessageEventStream {
+        fn stream(
+            &self,
+            context: &AgentContext,
+            options: StreamOptions,
+        ) -> AssistantMessageEventStream {
             lock(&self.seen).push((context.clone(), options.cancel.clone()));
             // Without a script the inner model answers with chapter 04's out-of-script error.
-            let script = self.script.clone().unwrap_or_else(|| ScriptedModel::new(Vec::new()));
+            let script = self
+                .script
+                .clone()
+                .unwrap_or_else(|| ScriptedModel::new(Vec::new()));
             script.stream(context, options)
         }
     }
 
-    fn adapter(inner: &Recorder, context: ContextBudget, path: Vec<SessionEntry>) -> ContextProjectingModel {
+    fn adapter(
+        inner: &Recorder,
+        context: ContextBudget,
+        path: Vec<SessionEntry>,
+    ) -> ContextProjectingModel {
         let count = path
             .iter()
             .filter(|entry| matches!(entry.body, EntryBody::Message { .. }))
@@ -365,42 +428,79 @@ mod adapter {
             active_path: path,
             persisted_message_count: count,
         };
-        ContextProjectingModel::new(Arc::new(inner.clone()), context, Arc::new(move || snapshot.clone()))
+        ContextProjectingModel::new(
+            Arc::new(inner.clone()),
+            context,
+            Arc::new(move || snapshot.clone()),
+        )
     }
 
     #[test]
     fn the_unpersisted_suffix_hangs_below_the_active_path() {
         let path = chain(vec![system("s"), user("q1"), answer("a1")]);
         let model = adapter(&Recorder::default(), unlimited(), path);
-        let transcript = vec![system("s"), user("q1"), answer("a1"), user("q2"), calls(&["c1"]), result("c1")];
-        let projected = model.project(&transcript).expect("配对完整的 suffix 应当能投影");
+        let transcript = vec![
+            system("s"),
+            user("q1"),
+            answer("a1"),
+            user("q2"),
+            calls(&["c1"]),
+            result("c1"),
+        ];
+        let projected = model
+            .project(&transcript)
+            .expect("配对完整的 suffix 应当能投影");
         assert_eq!(
             shape(&projected),
-            ["system:s", "user:q1", "assistant:a1", "user:q2", "assistant:", "tool:ok"],
+            [
+                "system:s",
+                "user:q1",
+                "assistant:a1",
+                "user:q2",
+                "assistant:",
+                "tool:ok"
+            ],
             "投影 = 持久化路径 + transcript 里尚未持久化的后缀"
         );
     }
 
     #[test]
     fn fixed_costs_come_first_then_only_whole_recent_interactions() {
-        let mut path = chain(vec![system("s"), user("q1"), calls(&["c1"]), result("c1"), answer("a1")]);
+        let mut path = chain(vec![
+            system("s"),
+            user("q1"),
+            calls(&["c1"]),
+            result("c1"),
+            answer("a1"),
+        ]);
         path.push(SessionEntry {
             id: "k".into(),
             parent_id: Some("p4".into()),
             timestamp: 30,
-            body: EntryBody::Compaction {
+            body: EntryBody::Compaction(Compaction {
                 summary: "旧的".into(),
                 first_kept_entry_id: "p1".into(),
                 tokens_before: 50,
-            },
+            }),
         });
         // window 60 − 10 reserved − 20 (system + summary) = 30: q2 fits, the 4-message q1 does not.
         let model = adapter(&Recorder::default(), ten_each(60), path);
-        let transcript = vec![system("s"), user("q1"), calls(&["c1"]), result("c1"), answer("a1"), user("q2")];
+        let transcript = vec![
+            system("s"),
+            user("q1"),
+            calls(&["c1"]),
+            result("c1"),
+            answer("a1"),
+            user("q2"),
+        ];
         let projected = model.project(&transcript).expect("应当能投影");
         assert_eq!(
             shape(&projected),
-            ["system:s", "user:此前的对话已压缩为下面的摘要：\n\n旧的", "user:q2"],
+            [
+                "system:s",
+                "user:此前的对话已压缩为下面的摘要：\n\n旧的",
+                "user:q2"
+            ],
             "先扣掉 system 与摘要的固定成本，再从最新往前只留完整的交互"
         );
     }
@@ -430,11 +530,19 @@ mod adapter {
             },
         );
         let reply = within("内层模型的回答", stream.result()).await;
-        assert_eq!(text_of(&AgentMessage::Assistant(reply)), "hi", "适配器把内层模型的流原样交回");
+        assert_eq!(
+            text_of(&AgentMessage::Assistant(reply)),
+            "hi",
+            "适配器把内层模型的流原样交回"
+        );
         let seen = lock(&inner.seen).clone();
         assert_eq!(seen.len(), 1, "每次请求只调用内层模型一次");
         let (request, given) = &seen[0];
-        assert_eq!(shape(&request.messages), ["user:q2"], "内层模型看到的是按预算投影后的消息");
+        assert_eq!(
+            shape(&request.messages),
+            ["user:q2"],
+            "内层模型看到的是按预算投影后的消息"
+        );
         assert_eq!(request.tools, before.tools, "工具定义原样传下");
         token.cancel();
         assert!(
@@ -454,13 +562,20 @@ mod adapter {
         };
         let stream = model.stream(&context, StreamOptions::default());
         let reply = within("投影失败的终止事件", stream.result()).await;
-        assert_eq!(reply.stop_reason, StopReason::Error, "投影失败是一次 error 终止，不是 panic");
+        assert_eq!(
+            reply.stop_reason,
+            StopReason::Error,
+            "投影失败是一次 error 终止，不是 panic"
+        );
         assert_eq!(
             reply.error_message.as_deref(),
             Some("无法为模型投影上下文：\u{0}unpersisted-0 是调用 c9 的结果，但这次交互里没有这个调用"),
             "错误信息说明是哪条消息、为什么不能投影"
         );
-        assert!(lock(&inner.seen).is_empty(), "投影失败时内层模型一次也不被调用");
+        assert!(
+            lock(&inner.seen).is_empty(),
+            "投影失败时内层模型一次也不被调用"
+        );
     }
 }
 
@@ -474,11 +589,19 @@ mod persist {
         let store = Arc::new(FakeStore::default());
         let model = texts(&["a1", "a2"]);
         let runtime = fresh(&model, Arc::clone(&store), Some("base"));
-        within("第一次 prompt", runtime.prompt("q1")).await.expect("第一次 prompt 应当成功");
+        within("第一次 prompt", runtime.prompt("q1"))
+            .await
+            .expect("第一次 prompt 应当成功");
         let entries = store.entries();
-        assert_eq!(entry_shape(&entries), ["system:base", "user:q1", "assistant:a1"], "新会话写下基础 prompt、问题和回答");
-        let links: Vec<(String, Option<String>, u64)> =
-            entries.iter().map(|e| (e.id.clone(), e.parent_id.clone(), e.timestamp)).collect();
+        assert_eq!(
+            entry_shape(&entries),
+            ["system:base", "user:q1", "assistant:a1"],
+            "新会话写下基础 prompt、问题和回答"
+        );
+        let links: Vec<(String, Option<String>, u64)> = entries
+            .iter()
+            .map(|e| (e.id.clone(), e.parent_id.clone(), e.timestamp))
+            .collect();
         assert_eq!(
             links,
             [
@@ -488,15 +611,25 @@ mod persist {
             ],
             "id 与时间都来自注入的依赖，每个 entry 挂在上一个下面"
         );
-        assert_eq!(runtime.active_leaf().as_deref(), Some("e3"), "活动 leaf 跟着最后一次写入走");
-        within("第二次 prompt", runtime.prompt("q2")).await.expect("第二次 prompt 应当成功");
+        assert_eq!(
+            runtime.active_leaf().as_deref(),
+            Some("e3"),
+            "活动 leaf 跟着最后一次写入走"
+        );
+        within("第二次 prompt", runtime.prompt("q2"))
+            .await
+            .expect("第二次 prompt 应当成功");
         assert_eq!(
             entry_shape(&store.entries()[3..]),
             ["user:q2", "assistant:a2"],
             "第二次只追加新的后缀；system 没变就不打补丁"
         );
         assert_eq!(store.entries()[..3], entries[..], "已持久化的前缀不改写");
-        assert_eq!(shape(&model.requests()[1].messages).len(), 4, "模型看到完整的持久化路径加新问题");
+        assert_eq!(
+            shape(&model.requests()[1].messages).len(),
+            4,
+            "模型看到完整的持久化路径加新问题"
+        );
     }
 
     #[tokio::test]
@@ -511,17 +644,34 @@ mod persist {
             let model = texts(&["a2"]);
             let mut config = RuntimeConfig::new(Some("p2"), unlimited());
             config.system_prompt = wanted.map(str::to_string);
-            let runtime = create_runtime(config, deps(&model, Arc::clone(&store) as Arc<dyn SessionStore>, ToolRegistry::default()))
-                .expect("应当建成");
-            within("恢复后的 prompt", runtime.prompt("q2")).await.expect("prompt 应当成功");
+            let runtime = create_runtime(
+                config,
+                deps(
+                    &model,
+                    Arc::clone(&store) as Arc<dyn SessionStore>,
+                    ToolRegistry::default(),
+                ),
+            )
+            .expect("应当建成");
+            within("恢复后的 prompt", runtime.prompt("q2"))
+                .await
+                .expect("prompt 应当成功");
             let entries = store.entries();
-            assert_eq!(entries[..3], history[..], "恢复的历史一个字节也不改写（wanted = {wanted:?}）");
+            assert_eq!(
+                entries[..3],
+                history[..],
+                "恢复的历史一个字节也不改写（wanted = {wanted:?}）"
+            );
             assert_eq!(
                 entry_shape(&entries[3..]),
                 appended,
                 "system 只在想要的 prompt 与 transcript 当前的不同时打补丁（wanted = {wanted:?}）"
             );
-            assert_eq!(entries[3].parent_id.as_deref(), Some("p2"), "新 entry 挂在指定的 leaf 下面");
+            assert_eq!(
+                entries[3].parent_id.as_deref(),
+                Some("p2"),
+                "新 entry 挂在指定的 leaf 下面"
+            );
         }
     }
 
@@ -549,7 +699,11 @@ mod persist {
             ScriptedTurn::text("好的"),
         ]);
         let store = Arc::new(FakeStore::default());
-        let mut dependencies = deps(&model, Arc::clone(&store) as Arc<dyn SessionStore>, ToolRegistry::default());
+        let mut dependencies = deps(
+            &model,
+            Arc::clone(&store) as Arc<dyn SessionStore>,
+            ToolRegistry::default(),
+        );
         dependencies.resources = Some("资源".into());
         dependencies.extensions = Some(host);
         let mut config = RuntimeConfig::new(None, unlimited());
@@ -561,12 +715,24 @@ mod persist {
             Some(vec!["deny".to_string()]),
             "运行时保留它接上的扩展"
         );
-        within("带扩展的 prompt", runtime.prompt("go")).await.expect("prompt 应当成功");
-        let tools: Vec<String> = model.requests()[0].tools.iter().map(|tool| tool.name.clone()).collect();
+        within("带扩展的 prompt", runtime.prompt("go"))
+            .await
+            .expect("prompt 应当成功");
+        let tools: Vec<String> = model.requests()[0]
+            .tools
+            .iter()
+            .map(|tool| tool.name.clone())
+            .collect();
         assert_eq!(tools, ["echo"], "扩展包着的核心工具照样发给模型");
         assert_eq!(
             entry_shape(&store.entries()),
-            ["system:base\n\n资源", "user:go", "assistant:", "tool:Tool echo failed: 调用被扩展拒绝（deny）：不许调用 echo", "assistant:好的"],
+            [
+                "system:base\n\n资源",
+                "user:go",
+                "assistant:",
+                "tool:Tool echo failed: 调用被扩展拒绝（deny）：不许调用 echo",
+                "assistant:好的"
+            ],
             "资源段落接在基础 prompt 后面；工具调用先过扩展的 before hook"
         );
     }
@@ -574,9 +740,21 @@ mod persist {
     #[test]
     fn system_patch_is_only_for_a_change() {
         assert_eq!(system_patch(Some("a"), Some("a")), None, "没变就不打补丁");
-        assert_eq!(system_patch(Some("b"), Some("a")), Some("b".to_string()), "变了就打补丁");
-        assert_eq!(system_patch(None, Some("a")), None, "没有想要的 prompt：沿用 transcript 的");
-        assert_eq!(system_patch(Some("a"), None), Some("a".to_string()), "transcript 还没有 system：补上");
+        assert_eq!(
+            system_patch(Some("b"), Some("a")),
+            Some("b".to_string()),
+            "变了就打补丁"
+        );
+        assert_eq!(
+            system_patch(None, Some("a")),
+            None,
+            "没有想要的 prompt：沿用 transcript 的"
+        );
+        assert_eq!(
+            system_patch(Some("a"), None),
+            Some("a".to_string()),
+            "transcript 还没有 system：补上"
+        );
     }
 
     #[tokio::test]
@@ -593,9 +771,15 @@ mod persist {
             Some(RuntimeError::Write(AppendError::Io("磁盘已满".into()))),
             "写入失败原样报告给这次 prompt"
         );
-        assert_eq!(entry_shape(&store.entries()), ["user:q1"], "失败之后不再写后面的消息");
+        assert_eq!(
+            entry_shape(&store.entries()),
+            ["user:q1"],
+            "失败之后不再写后面的消息"
+        );
         let second = within("停用后的 prompt", runtime.prompt("q2")).await;
-        let error = second.err().expect("停用后的 prompt 必须被拒绝");
+        let Err(error) = second else {
+            panic!("停用后的 prompt 必须被拒绝");
+        };
         assert_eq!(
             error.to_string(),
             "运行时已停用，不再接受 prompt：之前写入会话文件失败：磁盘已满",
@@ -619,9 +803,18 @@ mod persist {
         let first = tokio::spawn(runtime.prompt("q1"));
         within("第一个 prompt 开始写入", appends.recv()).await;
         let mut second = Box::pin(runtime.prompt("q2"));
-        assert!(still_pending(&mut second).await, "第二个 prompt 排在第一个后面等");
+        assert!(
+            still_pending(&mut second).await,
+            "第二个 prompt 排在第一个后面等"
+        );
         gate.add_permits(10);
-        assert!(matches!(within("第一个 prompt", first).await, Ok(Err(RuntimeError::Write(_)))), "第一个写入失败");
+        assert!(
+            matches!(
+                within("第一个 prompt", first).await,
+                Ok(Err(RuntimeError::Write(_)))
+            ),
+            "第一个写入失败"
+        );
         let error = within("排队的 prompt", second).await.err();
         assert!(
             matches!(error, Some(RuntimeError::Poisoned { .. })),
@@ -645,19 +838,39 @@ mod persist {
         within("第一次写入开始", appends.recv()).await;
         let flusher = runtime.clone();
         let mut flush = tokio::spawn(async move { flusher.flush().await });
-        assert!(still_pending(&mut flush).await, "flush 要等队列里的 prompt 落盘");
+        assert!(
+            still_pending(&mut flush).await,
+            "flush 要等队列里的 prompt 落盘"
+        );
         let disposer = runtime.clone();
         let mut dispose = tokio::spawn(async move { disposer.dispose().await });
         assert!(still_pending(&mut dispose).await, "dispose 要等写入完成");
         let late = within("dispose 之后的 prompt", runtime.prompt("late")).await;
-        assert_eq!(late.err(), Some(RuntimeError::Disposed), "dispose 一开始就关上 prompt");
+        assert_eq!(
+            late.err(),
+            Some(RuntimeError::Disposed),
+            "dispose 一开始就关上 prompt"
+        );
         gate.add_permits(10);
         within("dispose", dispose).await.expect("dispose 不 panic");
         within("flush", flush).await.expect("flush 不 panic");
-        assert!(within("第一次 prompt", running).await.is_ok_and(|run| run.is_ok()), "已接受的 prompt 正常完成");
-        assert_eq!(entry_shape(&store.entries()), ["user:q1", "assistant:a1"], "dispose 返回时已全部落盘");
+        assert!(
+            within("第一次 prompt", running)
+                .await
+                .is_ok_and(|run| run.is_ok()),
+            "已接受的 prompt 正常完成"
+        );
+        assert_eq!(
+            entry_shape(&store.entries()),
+            ["user:q1", "assistant:a1"],
+            "dispose 返回时已全部落盘"
+        );
         let after = within("关闭后的 prompt", runtime.prompt("again")).await;
-        assert_eq!(after.err().map(|e| e.to_string()).as_deref(), Some("运行时已关闭，不再接受 prompt"), "关闭是永久的");
+        assert_eq!(
+            after.err().map(|e| e.to_string()).as_deref(),
+            Some("运行时已关闭，不再接受 prompt"),
+            "关闭是永久的"
+        );
         assert_eq!(model.requests().len(), 1, "关闭后的 prompt 不调用模型");
     }
 }
@@ -687,8 +900,11 @@ mod modes {
     }
 
     fn with_echo(model: &ScriptedModel, store: Arc<FakeStore>) -> Runtime {
-        create_runtime(RuntimeConfig::new(None, unlimited()), deps(model, store, registry(vec![echo_tool()])))
-            .expect("应当建成")
+        create_runtime(
+            RuntimeConfig::new(None, unlimited()),
+            deps(model, store, registry(vec![echo_tool()])),
+        )
+        .expect("应当建成")
     }
 
     #[tokio::test]
@@ -701,9 +917,16 @@ mod modes {
             let run = within("一次任务", run_mode(&runtime, mode, "go", &mut output)).await;
             assert!(run.is_ok(), "{mode} 模式应当成功");
             assert_eq!(output.text(), expected, "{mode} 模式的输出");
-            let users = entry_shape(&store.entries()).iter().filter(|m| m.starts_with("user:")).count();
+            let users = entry_shape(&store.entries())
+                .iter()
+                .filter(|m| m.starts_with("user:"))
+                .count();
             assert_eq!(users, 1, "{mode} 模式每个任务只调用一次 prompt");
-            assert_eq!(model.requests().len(), 2, "{mode} 模式：一次 prompt、两轮模型");
+            assert_eq!(
+                model.requests().len(),
+                2,
+                "{mode} 模式：一次 prompt、两轮模型"
+            );
         }
     }
 
@@ -713,26 +936,56 @@ mod modes {
         let store = Arc::new(FakeStore::default());
         let runtime = with_echo(&model, Arc::clone(&store));
         let mut output = Output::default();
-        within("json 任务", run_mode(&runtime, "json", "go", &mut output)).await.expect("json 模式应当成功");
+        within("json 任务", run_mode(&runtime, "json", "go", &mut output))
+            .await
+            .expect("json 模式应当成功");
         let text = output.text();
         let lines: Vec<Value> = text
             .lines()
             .map(|line| serde_json::from_str(line).expect("每一行都是一个完整的 JSON 对象"))
             .collect();
         assert!(text.ends_with('\n'), "最后一行也以换行结束");
-        let types: Vec<&str> = lines.iter().map(|line| line["type"].as_str().unwrap_or("?")).collect();
+        let types: Vec<&str> = lines
+            .iter()
+            .map(|line| line["type"].as_str().unwrap_or("?"))
+            .collect();
         assert_eq!(
             types,
-            ["run_start", "assistant_message", "tool_start", "tool_end", "text_delta", "assistant_message", "turn_end", "run_end", "final"],
+            [
+                "run_start",
+                "assistant_message",
+                "tool_start",
+                "tool_end",
+                "text_delta",
+                "assistant_message",
+                "turn_end",
+                "run_end",
+                "final"
+            ],
             "事件按发生顺序一行一个，最终消息在最后"
         );
-        assert!(lines.iter().all(|line| line["v"] == json!(1)), "每一行都带版本字段 v = 1");
+        assert!(
+            lines.iter().all(|line| line["v"] == json!(1)),
+            "每一行都带版本字段 v = 1"
+        );
         assert_eq!(lines[2]["callId"], json!("c1"), "tool_start 带调用 id");
         assert_eq!(lines[2]["arguments"], json!({"x": 1}), "tool_start 带参数");
-        assert_eq!(lines[3]["result"]["toolCallId"], json!("c1"), "tool_end 带配对的结果");
+        assert_eq!(
+            lines[3]["result"]["toolCallId"],
+            json!("c1"),
+            "tool_end 带配对的结果"
+        );
         assert_eq!(lines[4]["delta"], json!("done"), "text_delta 带增量文本");
-        assert_eq!(lines[8], json!({"v": 1, "type": "final", "reason": "stop", "text": "done"}), "final 行的确切形状");
-        assert_eq!(entry_shape(&store.entries()).len(), 4, "json 只改变呈现：落盘与其他模式一样");
+        assert_eq!(
+            lines[8],
+            json!({"v": 1, "type": "final", "reason": "stop", "text": "done"}),
+            "final 行的确切形状"
+        );
+        assert_eq!(
+            entry_shape(&store.entries()).len(),
+            4,
+            "json 只改变呈现：落盘与其他模式一样"
+        );
     }
 
     #[tokio::test]
@@ -741,24 +994,42 @@ mod modes {
         let store = Arc::new(FakeStore::default());
         let runtime = fresh(&model, Arc::clone(&store), None);
         let mut output = Output::default();
-        let error = within("未知模式", run_mode(&runtime, "yaml", "go", &mut output)).await.err();
-        assert!(matches!(&error, Some(ModeError::Unknown(name)) if name == "yaml"), "未知模式报告它的名字");
+        let error = within("未知模式", run_mode(&runtime, "yaml", "go", &mut output))
+            .await
+            .err();
+        assert!(
+            matches!(&error, Some(ModeError::Unknown(name)) if name == "yaml"),
+            "未知模式报告它的名字"
+        );
         assert_eq!(
             error.map(|e| e.to_string()).as_deref(),
             Some("未知的模式 \"yaml\"：只能是 interactive、print 或 json"),
             "一行中文说出可选的模式"
         );
-        assert!(model.requests().is_empty() && store.entries().is_empty(), "未知模式在任何事情发生之前失败");
+        assert!(
+            model.requests().is_empty() && store.entries().is_empty(),
+            "未知模式在任何事情发生之前失败"
+        );
         assert!(output.text().is_empty(), "未知模式什么也不写");
     }
 
     #[test]
     fn mode_names_are_exact() {
         let parsed: Vec<Option<RuntimeMode>> =
-            ["interactive", "print", "json", "Json", " print", ""].iter().map(|name| name.parse().ok()).collect();
+            ["interactive", "print", "json", "Json", " print", ""]
+                .iter()
+                .map(|name| name.parse().ok())
+                .collect();
         assert_eq!(
             parsed,
-            [Some(RuntimeMode::Interactive), Some(RuntimeMode::Print), Some(RuntimeMode::Json), None, None, None],
+            [
+                Some(RuntimeMode::Interactive),
+                Some(RuntimeMode::Print),
+                Some(RuntimeMode::Json),
+                None,
+                None,
+                None
+            ],
             "模式名是三个确切的小写单词"
         );
     }
@@ -769,12 +1040,22 @@ mod modes {
         let store = Arc::new(FakeStore::default());
         let runtime = fresh(&model, Arc::clone(&store), None);
         // json writes while the run works: the very first line fails.
-        let error = within("输出失败", run_mode(&runtime, "json", "q1", &mut Broken)).await.err();
+        let error = within("输出失败", run_mode(&runtime, "json", "q1", &mut Broken))
+            .await
+            .err();
         let Some(ModeError::Io(error)) = error else {
             panic!("输出错误应当是 ModeError::Io，得到 {error:?}");
         };
-        assert_eq!((error.kind(), error.to_string()), (io::ErrorKind::BrokenPipe, "管道已关闭".to_string()), "输出错误原样上抛");
-        assert_eq!(entry_shape(&store.entries()), ["user:q1", "assistant:a1"], "输出失败不丢历史：运行照样落盘");
+        assert_eq!(
+            (error.kind(), error.to_string()),
+            (io::ErrorKind::BrokenPipe, "管道已关闭".to_string()),
+            "输出错误原样上抛"
+        );
+        assert_eq!(
+            entry_shape(&store.entries()),
+            ["user:q1", "assistant:a1"],
+            "输出失败不丢历史：运行照样落盘"
+        );
         assert_eq!(model.requests().len(), 1, "输出失败也只调用一次模型");
     }
 }

@@ -158,8 +158,18 @@ async fn resuming_a_deep_side_branch_continues_below_that_leaf() {
         entries.push(SessionEntry::message(&id, Some(&parent), 2, answer(&id)));
         parent = id;
     }
-    entries.push(SessionEntry::message("side", Some("main-1"), 3, user("岔路")));
-    entries.push(SessionEntry::message("z", Some("side"), 4, answer("岔路的答")));
+    entries.push(SessionEntry::message(
+        "side",
+        Some("main-1"),
+        3,
+        user("岔路"),
+    ));
+    entries.push(SessionEntry::message(
+        "z",
+        Some("side"),
+        4,
+        answer("岔路的答"),
+    ));
     let store = Arc::new(Store::new(entries, usize::MAX, ""));
     let model = ScriptedModel::new(vec![ScriptedTurn::text("继续")]);
     let runtime = create_runtime(
@@ -167,10 +177,14 @@ async fn resuming_a_deep_side_branch_continues_below_that_leaf() {
         deps(&model, Arc::clone(&store), "b"),
     )
     .expect("应当建成");
-    within("侧枝上的 prompt", runtime.prompt("接着")).await.expect("prompt 应当成功");
+    within("侧枝上的 prompt", runtime.prompt("接着"))
+        .await
+        .expect("prompt 应当成功");
     let written = store.entries()[8..].to_vec();
-    let links: Vec<(String, Option<String>)> =
-        written.iter().map(|e| (e.id.clone(), e.parent_id.clone())).collect();
+    let links: Vec<(String, Option<String>)> = written
+        .iter()
+        .map(|e| (e.id.clone(), e.parent_id.clone()))
+        .collect();
     assert_eq!(
         links,
         [
@@ -207,7 +221,9 @@ async fn a_tight_budget_sends_only_the_newest_interaction_but_persists_everythin
         deps(&model, Arc::clone(&store), "t"),
     )
     .expect("应当建成");
-    within("紧预算的 prompt", runtime.prompt("新问")).await.expect("prompt 应当成功");
+    within("紧预算的 prompt", runtime.prompt("新问"))
+        .await
+        .expect("prompt 应当成功");
     let sent: Vec<String> = model.requests()[0].messages.iter().map(text_of).collect();
     assert_eq!(sent, ["规", "新问"], "预算只够最新的一次交互");
     assert_eq!(
@@ -222,7 +238,11 @@ async fn a_tight_budget_sends_only_the_newest_interaction_but_persists_everythin
         .iter()
         .map(text_of)
         .collect();
-    assert_eq!(transcript.len(), 5, "Agent 的 transcript 保留全部历史，不被投影截短");
+    assert_eq!(
+        transcript.len(),
+        5,
+        "Agent 的 transcript 保留全部历史，不被投影截短"
+    );
 }
 
 #[tokio::test]
@@ -243,10 +263,20 @@ async fn json_mode_for_a_plain_answer() {
         .lines()
         .map(|line| serde_json::from_str(line).expect("每行一个 JSON 对象"))
         .collect();
-    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap_or("?")).collect();
+    let types: Vec<&str> = lines
+        .iter()
+        .map(|l| l["type"].as_str().unwrap_or("?"))
+        .collect();
     assert_eq!(
         types,
-        ["run_start", "text_delta", "assistant_message", "turn_end", "run_end", "final"],
+        [
+            "run_start",
+            "text_delta",
+            "assistant_message",
+            "turn_end",
+            "run_end",
+            "final"
+        ],
         "纯文本回答的事件行"
     );
     assert_eq!(lines[5]["text"], "你好", "final 行带最终文本");
