@@ -4,6 +4,7 @@
 //! It talks to any OpenAI-compatible endpoint (`OPENAI_COMPATIBLE_BASE_URL`, `…_API_KEY`,
 //! `…_MODEL`) and works in the current directory, or in the one `-C` names.
 
+mod compaction;
 mod config;
 mod gate;
 mod project;
@@ -78,6 +79,9 @@ struct Args {
     /// 预先允许，格式 工具:模式，* 匹配任意字符，例如 'bash:cargo test*'（可重复；要和 --confirm 一起用）
     #[arg(long, value_name = "工具:模式")]
     allow: Vec<String>,
+    /// 模型的上下文窗口（token 数），优先于 PI_CONTEXT_WINDOW；放不下时较早的历史压缩成摘要
+    #[arg(long, value_name = "N")]
+    context_window: Option<u64>,
 }
 
 /// clap's own errors are English paragraphs; pi answers bad input with one Chinese line.
@@ -149,6 +153,22 @@ async fn cancellable_turn(
     }
 }
 
+/// `/compact`, with Ctrl-C cancelling the summary; nothing is written then.
+async fn cancellable_compaction(
+    session: &mut Session,
+    interrupt: &mut Signal,
+) -> Result<(), String> {
+    let cancel = CancellationToken::new();
+    let compaction = session.compact_now(&cancel);
+    tokio::pin!(compaction);
+    loop {
+        tokio::select! {
+            result = &mut compaction => return result,
+            _ = interrupt.recv() => cancel.cancel(),
+        }
+    }
+}
+
 async fn print_mode(
     mut session: Session,
     prompt: &str,
@@ -175,6 +195,7 @@ async fn interactive_mode(
     max_steps: usize,
 ) -> ExitCode {
     eprintln!("pi 交互模式：每行一个任务；Ctrl-C 取消正在运行的回合，Ctrl-D 退出。");
+    eprintln!("输入 /compact 把较早的历史压缩成摘要（只保留最近一次交互的原文）。");
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
         prompt_marker();
@@ -198,6 +219,13 @@ async fn interactive_mode(
             }
         };
         if task.trim().is_empty() {
+            continue;
+        }
+        // Chapter 11: `/compact` summarises the history now, keeping the newest interaction.
+        if task.trim() == "/compact" {
+            if let Err(message) = cancellable_compaction(&mut session, &mut interrupt).await {
+                eprintln!("pi：{message}");
+            }
             continue;
         }
         // `/name key=value …` runs the prompt template .pi/prompts/name.md.
@@ -322,6 +350,13 @@ async fn main() -> ExitCode {
         }
     };
     let mut session = session;
+    match compaction::context_window(args.context_window, |name| std::env::var(name).ok()) {
+        Ok(window) => session.set_context_window(window),
+        Err(message) => {
+            eprintln!("pi：{message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
     let choice = session_store::Choice {
         file: args.session,
         continue_newest: args.continue_session,

@@ -1,0 +1,355 @@
+//! `pi`: the agent you built, as a program.
+//!
+//! `pi -p "任务"` runs one task and exits; plain `pi` reads one task per line until Ctrl-D.
+//! It talks to any OpenAI-compatible endpoint (`OPENAI_COMPATIBLE_BASE_URL`, `…_API_KEY`,
+//! `…_MODEL`) and works in the current directory, or in the one `-C` names.
+
+mod compaction;
+mod config;
+mod render;
+mod session;
+mod session_store;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::Parser;
+use pi_course::agent_loop::{AgentRunResult, RunReason, DEFAULT_MAX_STEPS};
+use pi_course::types::AgentMessage;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Flags;
+use crate::render::ending_line;
+use crate::session::Session;
+
+/// The run ended with an error, a cut answer or the step bound.
+const EXIT_FAILED: u8 = 1;
+/// Bad command line or configuration: nothing was run.
+const EXIT_USAGE: u8 = 2;
+/// Cancelled with Ctrl-C (128 + SIGINT, as shells report it).
+const EXIT_CANCELLED: u8 = 130;
+
+/// 你自己写的编码 agent：流式调用 OpenAI 兼容的模型，用 read、write、edit、bash 在一个目录里干活。
+///
+/// 配置来自环境变量 OPENAI_COMPATIBLE_BASE_URL（默认 https://api.openai.com/v1）、
+/// OPENAI_COMPATIBLE_API_KEY 和 OPENAI_COMPATIBLE_MODEL。
+#[derive(Debug, Parser)]
+#[command(name = "pi", version)]
+struct Args {
+    /// 只运行这一个任务，然后退出（不给就进入交互模式）
+    #[arg(short = 'p', long = "print", value_name = "任务")]
+    print: Option<String>,
+    /// 在这个目录里工作（默认当前目录）
+    #[arg(short = 'C', long = "cwd", value_name = "目录")]
+    root: Option<PathBuf>,
+    /// OpenAI 兼容端点的 base URL，优先于 OPENAI_COMPATIBLE_BASE_URL
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// 模型名，优先于 OPENAI_COMPATIBLE_MODEL
+    #[arg(long, value_name = "名字")]
+    model: Option<String>,
+    /// 一个任务最多走几步（每步是一次模型回合）
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STEPS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    max_steps: u32,
+    /// 继续这个目录最近的一次会话
+    #[arg(short = 'c', long = "continue", conflicts_with = "session")]
+    continue_session: bool,
+    /// 打开这个会话文件（不存在就新建）
+    #[arg(long, value_name = "文件")]
+    session: Option<PathBuf>,
+    /// 会话放在哪个目录（默认 $XDG_STATE_HOME/pi/sessions/<工作目录>，未设置时用 ~/.local/state）
+    #[arg(long, value_name = "目录")]
+    session_dir: Option<PathBuf>,
+    /// 会话文件末尾有一行没写完时，截掉它再继续
+    #[arg(long)]
+    repair: bool,
+    /// 列出这个目录最近的会话，然后退出
+    #[arg(long, conflicts_with_all = ["print", "continue_session", "session"])]
+    resume: bool,
+    /// 模型的上下文窗口（token 数），优先于 PI_CONTEXT_WINDOW；放不下时较早的历史压缩成摘要
+    #[arg(long, value_name = "N")]
+    context_window: Option<u64>,
+}
+
+/// clap's own errors are English paragraphs; pi answers bad input with one Chinese line.
+fn usage_line(error: &clap::Error) -> String {
+    let shown = |kind| match error.get(kind) {
+        Some(ContextValue::String(value)) => value.clone(),
+        Some(ContextValue::Strings(values)) => values.join(", "),
+        _ => String::new(),
+    };
+    match error.kind() {
+        ErrorKind::UnknownArgument => format!(
+            "pi：不认识的参数 {}（pi --help 查看用法）",
+            shown(ContextKind::InvalidArg)
+        ),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => format!(
+            "pi：{} 的值不合法：{}（pi --help 查看用法）",
+            shown(ContextKind::InvalidArg),
+            shown(ContextKind::InvalidValue)
+        ),
+        ErrorKind::NoEquals | ErrorKind::MissingRequiredArgument | ErrorKind::InvalidSubcommand
+            if !shown(ContextKind::InvalidArg).is_empty() =>
+        {
+            format!(
+                "pi：参数 {} 用法不对（pi --help 查看用法）",
+                shown(ContextKind::InvalidArg)
+            )
+        }
+        _ => "pi：命令行参数有误（pi --help 查看用法）".to_string(),
+    }
+}
+
+fn exit_code(result: &AgentRunResult, max_steps: usize) -> ExitCode {
+    let last = result
+        .messages
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            AgentMessage::Assistant(assistant) => Some(assistant),
+            _ => None,
+        });
+    match ending_line(result.reason, last, max_steps) {
+        None => ExitCode::SUCCESS,
+        Some(line) => {
+            eprintln!("{line}");
+            if result.reason == RunReason::Aborted {
+                ExitCode::from(EXIT_CANCELLED)
+            } else {
+                ExitCode::from(EXIT_FAILED)
+            }
+        }
+    }
+}
+
+/// Runs one task; Ctrl-C cancels it, and the turn still runs to its end so that every call
+/// already made gets its paired result.
+async fn cancellable_turn(
+    session: &mut Session,
+    task: &str,
+    interrupt: &mut Signal,
+) -> Result<AgentRunResult, String> {
+    let cancel = CancellationToken::new();
+    let turn = session.turn(task, cancel.clone());
+    tokio::pin!(turn);
+    loop {
+        tokio::select! {
+            result = &mut turn => return result,
+            _ = interrupt.recv() => cancel.cancel(),
+        }
+    }
+}
+
+/// `/compact`, with Ctrl-C cancelling the summary; nothing is written then.
+async fn cancellable_compaction(
+    session: &mut Session,
+    interrupt: &mut Signal,
+) -> Result<(), String> {
+    let cancel = CancellationToken::new();
+    let compaction = session.compact_now(&cancel);
+    tokio::pin!(compaction);
+    loop {
+        tokio::select! {
+            result = &mut compaction => return result,
+            _ = interrupt.recv() => cancel.cancel(),
+        }
+    }
+}
+
+async fn print_mode(
+    mut session: Session,
+    prompt: &str,
+    mut interrupt: Signal,
+    max_steps: usize,
+) -> ExitCode {
+    match cancellable_turn(&mut session, prompt, &mut interrupt).await {
+        Ok(result) => exit_code(&result, max_steps),
+        Err(message) => {
+            eprintln!("pi：{message}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+fn prompt_marker() {
+    eprint!("> ");
+    let _ = std::io::stderr().flush();
+}
+
+async fn interactive_mode(
+    mut session: Session,
+    mut interrupt: Signal,
+    max_steps: usize,
+) -> ExitCode {
+    eprintln!("pi 交互模式：每行一个任务；Ctrl-C 取消正在运行的回合，Ctrl-D 退出。");
+    eprintln!("输入 /compact 把较早的历史压缩成摘要（只保留最近一次交互的原文）。");
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        prompt_marker();
+        let line = tokio::select! {
+            line = lines.next_line() => line,
+            _ = interrupt.recv() => {
+                eprintln!();
+                eprintln!("（没有正在运行的回合；按 Ctrl-D 退出）");
+                continue;
+            }
+        };
+        let task = match line {
+            Ok(Some(task)) => task,
+            Ok(None) => {
+                eprintln!();
+                return ExitCode::SUCCESS;
+            }
+            Err(error) => {
+                eprintln!("pi：读不了标准输入：{error}");
+                return ExitCode::from(EXIT_FAILED);
+            }
+        };
+        if task.trim().is_empty() {
+            continue;
+        }
+        // Chapter 11: `/compact` summarises the history now, keeping the newest interaction.
+        if task.trim() == "/compact" {
+            if let Err(message) = cancellable_compaction(&mut session, &mut interrupt).await {
+                eprintln!("pi：{message}");
+            }
+            continue;
+        }
+        match cancellable_turn(&mut session, &task, &mut interrupt).await {
+            // The session goes on after a failed or cancelled turn; only its line is shown.
+            Ok(result) => {
+                let _ = exit_code(&result, max_steps);
+            }
+            Err(message) => eprintln!("pi：{message}"),
+        }
+    }
+}
+
+/// A panic is a bug or an unfinished Lab (`Lab 8.k … 尚未实现`): one line saying which, and
+/// what to do about the second kind, instead of Rust's English report.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|text| text.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let place = info
+            .location()
+            .map(|location| format!("（{}:{}）", location.file(), location.line()))
+            .unwrap_or_default();
+        eprintln!("pi：panic：{message}{place}");
+        if message.contains("尚未实现") {
+            eprintln!("pi：这部分还没写完；先让 cargo xtask test 08 全部变绿，再运行 pi");
+        }
+    }));
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    install_panic_hook();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(error)
+            if matches!(
+                error.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) =>
+        {
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("{}", usage_line(&error));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if args
+        .print
+        .as_deref()
+        .is_some_and(|task| task.trim().is_empty())
+    {
+        eprintln!("pi：-p 后面的任务不能为空");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let cwd = match std::env::current_dir() {
+        Ok(cwd) => cwd,
+        Err(error) => {
+            eprintln!("pi：读不到当前目录：{error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let flags = Flags {
+        base_url: args.base_url,
+        model: args.model,
+        root: args.root,
+    };
+    let config = match config::resolve(flags, |name| std::env::var(name).ok(), cwd) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("pi：{error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if args.resume {
+        return match session_store::list_sessions(args.session_dir.as_deref(), &config) {
+            Ok(listing) => {
+                print!("{listing}");
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("pi：{message}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        };
+    }
+    let max_steps = args.max_steps as usize;
+    let session = match Session::new(&config, max_steps) {
+        Ok(session) => session,
+        Err(message) => {
+            eprintln!("pi：{message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut session = session;
+    match compaction::context_window(args.context_window, |name| std::env::var(name).ok()) {
+        Ok(window) => session.set_context_window(window),
+        Err(message) => {
+            eprintln!("pi：{message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
+    let choice = session_store::Choice {
+        file: args.session,
+        continue_newest: args.continue_session,
+        dir: args.session_dir,
+        repair: args.repair,
+    };
+    let attached = match session_store::open_log(choice, &config).await {
+        Ok(log) => session.attach_log(log),
+        Err(message) => Err(message),
+    };
+    if let Err(message) = attached {
+        eprintln!("pi：{message}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    // Installed before the first turn: from here on Ctrl-C cancels a turn instead of killing
+    // pi, so every call already made still gets its paired result.
+    let interrupt = match signal(SignalKind::interrupt()) {
+        Ok(interrupt) => interrupt,
+        Err(error) => {
+            eprintln!("pi：无法接管 Ctrl-C：{error}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    match args.print {
+        Some(task) => print_mode(session, &task, interrupt, max_steps).await,
+        None => interactive_mode(session, interrupt, max_steps).await,
+    }
+}
