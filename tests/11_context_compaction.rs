@@ -393,6 +393,16 @@ mod groups {
             Err(GroupError::MissingResult { call: "c1".into() }),
             "交互结束前每个调用都必须有结果"
         );
+        let late = Branch::default()
+            .says("u1", user("读"))
+            .says("a1", assistant("读", &["c1"]))
+            .says("u2", user("下一个问题"))
+            .says("r1", result("c1", "迟到的结果"));
+        assert_eq!(
+            group_interactions(&late.0),
+            Err(GroupError::MissingResult { call: "c1".into() }),
+            "新的用户消息之前，上一次交互的调用必须已经有结果：迟到的结果不能被分到下一次交互里"
+        );
         let at_end = Branch::default()
             .says("u1", user("读"))
             .says("a1", assistant("读", &["c1"]));

@@ -108,7 +108,7 @@ impl Interaction<'_> {
 pub enum GroupError {
     /// A message (not a system message) comes before any user message.
     BeforeFirstUser(String),
-    /// A tool result whose call was not made earlier in the same interaction.
+    /// A tool result whose call id no tool call before it on the path made.
     OrphanResult { entry: String, call: String },
     /// A second result for a call that already has one.
     DuplicateResult { entry: String, call: String },
