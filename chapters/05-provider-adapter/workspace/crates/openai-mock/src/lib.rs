@@ -6,7 +6,6 @@
 //! goes away in the middle of a streamed answer is counted.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,9 +55,26 @@ pub enum Reply {
     Stream(Vec<Step>),
     /// Any status with a whole body, sent at once.
     Status { status: u16, body: String },
+    /// Like `Status`, with extra response headers (`retry-after`, …) in this order.
+    StatusWithHeaders {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
+    /// The connection is closed without any answer, not even a status line.
+    Disconnect,
 }
 
 impl Reply {
+    /// A `status` answer that asks the client to wait `seconds` before trying again.
+    pub fn retry_after(status: u16, seconds: u64) -> Reply {
+        Reply::StatusWithHeaders {
+            status,
+            headers: vec![("retry-after".to_string(), seconds.to_string())],
+            body: format!("openai-mock: {status}, retry after {seconds} s"),
+        }
+    }
+
     /// A complete streamed answer from SSE payloads: one chunk per payload, then `[DONE]`.
     pub fn events(payloads: Vec<Value>) -> Reply {
         let mut steps: Vec<Step> = payloads.iter().map(Step::event).collect();
@@ -297,10 +313,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
 
 type Body = BoxBody<Bytes, io::Error>;
 
-async fn answer(
-    state: Arc<State>,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+async fn answer(state: Arc<State>, request: Request<Incoming>) -> io::Result<Response<Body>> {
     let method = request.method().to_string();
     let path = request.uri().path().to_string();
     let headers = request
@@ -331,13 +344,20 @@ async fn answer(
         headers,
         body,
     });
-    Ok(match reply {
-        Reply::Status { status, body } => whole(status, body),
-        Reply::Stream(steps) => streamed(state, steps),
-    })
+    match reply {
+        Reply::Status { status, body } => Ok(whole(status, Vec::new(), body)),
+        Reply::StatusWithHeaders {
+            status,
+            headers,
+            body,
+        } => Ok(whole(status, headers, body)),
+        Reply::Stream(steps) => Ok(streamed(state, steps)),
+        // A service error makes hyper close the connection without writing a response.
+        Reply::Disconnect => Err(io::Error::other("openai-mock: disconnect")),
+    }
 }
 
-fn whole(status: u16, body: String) -> Response<Body> {
+fn whole(status: u16, headers: Vec<(String, String)>, body: String) -> Response<Body> {
     let mut response = Response::new(
         Full::new(Bytes::from(body))
             .map_err(|never| match never {})
@@ -349,6 +369,13 @@ fn whole(status: u16, body: String) -> Response<Body> {
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/json"),
     );
+    for (name, value) in headers {
+        let name = hyper::header::HeaderName::from_bytes(name.as_bytes())
+            .expect("openai-mock：脚本里的响应头名字不合法");
+        let value = hyper::header::HeaderValue::from_str(&value)
+            .expect("openai-mock：脚本里的响应头值不合法");
+        response.headers_mut().append(name, value);
+    }
     response
 }
 

@@ -13,7 +13,7 @@ use pi_course::types::{
     user_message, AgentContext, AssistantContent, AssistantMessage, Model, StopReason,
     StreamOptions, ToolDefinition,
 };
-use pi_http::{is_loopback, openai_compatible_model, ReqwestClient};
+use pi_http::{is_loopback, openai_compatible_model_with, HttpOptions, ReqwestClient, RetryPolicy};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -37,12 +37,18 @@ async fn ask(
 }
 
 /// One model turn against whatever listens at `base_url`, over the given reqwest client.
+/// Without retries: these tests are about your transport, and every failure here must reach
+/// it on the first request (`tests/resilience.rs` tests the retries).
 async fn ask_at(
     base_url: String,
     context: &AgentContext,
     cancel: CancellationToken,
 ) -> AssistantMessage {
-    let model = openai_compatible_model(Endpoint::new(base_url, KEY), MODEL)
+    let options = HttpOptions {
+        retry: RetryPolicy::never(),
+        ..HttpOptions::default()
+    };
+    let model = openai_compatible_model_with(Endpoint::new(base_url, KEY), MODEL, options)
         .expect("reqwest 客户端应当能建立");
     let stream = model.stream(
         context,

@@ -3,12 +3,23 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use pi_course::http_transport::{DEFAULT_BASE_URL, REDACTED};
+use pi_http::{HttpOptions, RetryNotice, RetryPolicy};
 
 pub const BASE_URL_VAR: &str = "OPENAI_COMPATIBLE_BASE_URL";
 pub const API_KEY_VAR: &str = "OPENAI_COMPATIBLE_API_KEY";
 pub const MODEL_VAR: &str = "OPENAI_COMPATIBLE_MODEL";
+/// How many times one model request is sent at most (1 = never retried).
+pub const MAX_ATTEMPTS_VAR: &str = "PI_MAX_ATTEMPTS";
+/// How many seconds a model response may send nothing before it is given up.
+pub const STREAM_IDLE_VAR: &str = "PI_STREAM_IDLE_SECS";
+/// The accepted values of `PI_MAX_ATTEMPTS`.
+pub const MAX_ATTEMPTS_RANGE: (u64, u64) = (1, 20);
+/// The accepted values of `PI_STREAM_IDLE_SECS`: a second to a day.
+pub const STREAM_IDLE_RANGE: (u64, u64) = (1, 86_400);
 
 /// What the command line said; `None` where a flag was not given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -25,6 +36,10 @@ pub struct Config {
     pub api_key: String,
     pub model: String,
     pub root: PathBuf,
+    /// Requests sent at most per model turn, the first included.
+    pub max_attempts: u32,
+    /// How long a response may stall before the turn fails.
+    pub stream_idle: Duration,
 }
 
 /// Written by hand so the key never reaches a log or a panic message.
@@ -35,6 +50,8 @@ impl fmt::Debug for Config {
             .field("api_key", &REDACTED)
             .field("model", &self.model)
             .field("root", &self.root)
+            .field("max_attempts", &self.max_attempts)
+            .field("stream_idle", &self.stream_idle)
             .finish()
     }
 }
@@ -44,6 +61,12 @@ pub enum ConfigError {
     MissingKey,
     MissingModel,
     NotADirectory(PathBuf),
+    /// A variable that must be a whole number in `range` is not.
+    BadNumber {
+        var: &'static str,
+        value: String,
+        range: (u64, u64),
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -57,6 +80,11 @@ impl fmt::Display for ConfigError {
             ConfigError::NotADirectory(path) => {
                 write!(f, "工作目录不存在或不是目录：{}", path.display())
             }
+            ConfigError::BadNumber { var, value, range } => write!(
+                f,
+                "环境变量 {var} 的值不合法：“{value}”（应为 {} 到 {} 之间的整数）",
+                range.0, range.1
+            ),
         }
     }
 }
@@ -66,6 +94,22 @@ impl std::error::Error for ConfigError {}
 /// A set, non-blank value.
 fn present(value: Option<String>) -> Option<String> {
     value.filter(|value| !value.trim().is_empty())
+}
+
+/// A whole number in `range` from `var`, `default` when it is unset or blank.
+fn number(
+    env: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    range: (u64, u64),
+    default: u64,
+) -> Result<u64, ConfigError> {
+    let Some(value) = present(env(var)) else {
+        return Ok(default);
+    };
+    match value.trim().parse::<u64>() {
+        Ok(number) if (range.0..=range.1).contains(&number) => Ok(number),
+        _ => Err(ConfigError::BadNumber { var, value, range }),
+    }
 }
 
 /// Resolves the settings. `env` looks a variable up; `cwd` is the directory pi was started in.
@@ -91,12 +135,42 @@ pub fn resolve(
     if !root.is_dir() {
         return Err(ConfigError::NotADirectory(root));
     }
+    let max_attempts = number(
+        &env,
+        MAX_ATTEMPTS_VAR,
+        MAX_ATTEMPTS_RANGE,
+        RetryPolicy::default().max_attempts.into(),
+    )?;
+    let stream_idle = number(
+        &env,
+        STREAM_IDLE_VAR,
+        STREAM_IDLE_RANGE,
+        pi_http::DEFAULT_STREAM_IDLE.as_secs(),
+    )?;
     Ok(Config {
         base_url,
         api_key,
         model,
         root,
+        // In range, so it fits.
+        max_attempts: max_attempts as u32,
+        stream_idle: Duration::from_secs(stream_idle),
     })
+}
+
+impl Config {
+    /// How the model's HTTP client retries and times out: the default policy with this
+    /// run's attempts and idle limit, each retry announced as one line on stderr.
+    pub fn http_options(&self) -> HttpOptions {
+        HttpOptions {
+            retry: RetryPolicy {
+                max_attempts: self.max_attempts,
+                ..RetryPolicy::default()
+            },
+            stream_idle: self.stream_idle,
+            on_retry: Some(Arc::new(|notice: &RetryNotice| eprintln!("pi：{notice}"))),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -194,6 +268,81 @@ mod tests {
             error,
             ConfigError::NotADirectory(cwd().join("no-such-dir-for-pi")),
             "相对路径按启动目录解析"
+        );
+    }
+
+    #[test]
+    fn retries_and_the_idle_limit_default_and_are_validated() {
+        let config = resolve(
+            Flags::default(),
+            env(&[(API_KEY_VAR, "k"), (MODEL_VAR, "m")]),
+            cwd(),
+        )
+        .expect("配置完整");
+        assert_eq!(
+            (config.max_attempts, config.stream_idle),
+            (5, Duration::from_secs(300)),
+            "默认最多发 5 次，流空闲 300 秒放弃"
+        );
+        let options = config.http_options();
+        assert_eq!(
+            (options.retry.max_attempts, options.stream_idle),
+            (5, Duration::from_secs(300)),
+            "HTTP 客户端拿到的就是这两个值"
+        );
+        assert!(options.on_retry.is_some(), "每次重试都要打印一行");
+
+        let config = resolve(
+            Flags::default(),
+            env(&[
+                (API_KEY_VAR, "k"),
+                (MODEL_VAR, "m"),
+                (MAX_ATTEMPTS_VAR, "1"),
+                (STREAM_IDLE_VAR, " 30 "),
+            ]),
+            cwd(),
+        )
+        .expect("合法的值");
+        assert_eq!(
+            (config.max_attempts, config.stream_idle),
+            (1, Duration::from_secs(30)),
+            "环境变量覆盖默认值，两边空白不算"
+        );
+
+        for (var, value) in [
+            (MAX_ATTEMPTS_VAR, "0"),
+            (MAX_ATTEMPTS_VAR, "21"),
+            (MAX_ATTEMPTS_VAR, "three"),
+            (STREAM_IDLE_VAR, "0"),
+            (STREAM_IDLE_VAR, "-5"),
+            (STREAM_IDLE_VAR, "1.5"),
+        ] {
+            let error = resolve(
+                Flags::default(),
+                env(&[(API_KEY_VAR, "k"), (MODEL_VAR, "m"), (var, value)]),
+                cwd(),
+            )
+            .expect_err("范围之外或不是整数的值不能用");
+            assert!(
+                matches!(&error, ConfigError::BadNumber { var: named, value: shown, .. }
+                    if *named == var && shown == value),
+                "错误要说出变量和它的值：{error:?}"
+            );
+        }
+        let error = resolve(
+            Flags::default(),
+            env(&[
+                (API_KEY_VAR, "k"),
+                (MODEL_VAR, "m"),
+                (MAX_ATTEMPTS_VAR, "0"),
+            ]),
+            cwd(),
+        )
+        .expect_err("0 次不合法");
+        assert_eq!(
+            error.to_string(),
+            "环境变量 PI_MAX_ATTEMPTS 的值不合法：“0”（应为 1 到 20 之间的整数）",
+            "一行中文说清变量、值和范围"
         );
     }
 

@@ -297,7 +297,7 @@ async fn a_500_and_a_cut_stream_are_errors() {
     .await
     .expect("本地服务器应当能启动");
     let mut command = pi(Some(&server.base_url()), &scratch.0);
-    command.args(["-p", "任务"]);
+    command.env("PI_MAX_ATTEMPTS", "1").args(["-p", "任务"]);
     let output = run(command).await;
     assert_eq!(output.status.code(), Some(1), "500 的退出码是 1");
     assert_eq!(
