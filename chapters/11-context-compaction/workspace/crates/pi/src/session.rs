@@ -41,8 +41,9 @@ pub struct Session {
 impl Session {
     pub fn new(config: &Config, max_steps: usize) -> Result<Session, String> {
         let endpoint = Endpoint::new(config.base_url.clone(), config.api_key.clone());
-        let model = pi_http::openai_compatible_model(endpoint, &config.model)
-            .map_err(|error| format!("无法建立 HTTP 客户端：{error}"))?;
+        let model =
+            pi_http::openai_compatible_model_with(endpoint, &config.model, config.http_options())
+                .map_err(|error| format!("无法建立 HTTP 客户端：{error}"))?;
         let tools = CodingTools::new(&config.root)
             .map_err(|error| format!("无法在 {} 里工作：{error}", config.root.display()))?;
         let system = AgentMessage::System(SystemMessage {
