@@ -146,10 +146,17 @@ async fn print_mode_reads_edits_and_runs_a_command_in_its_directory() {
             "← read：# Plan ⏎ - TODO write tests ⏎ - ship",
             r#"→ edit {"path":"notes.md","oldText":"- TODO write tests","newText":"- DONE write tests"}"#,
             "← edit：已在 notes.md 中替换 1 处",
+            "  @@ -1,3 +1,3 @@",
+            "   # Plan",
+            "  -- TODO write tests",
+            "  +- DONE write tests",
+            "   - ship",
             r#"→ bash {"command":"grep -c DONE notes.md"}"#,
             "← bash：1",
+            "用量：输入 72 · 输出 29 tokens（4 次模型调用）",
         ],
-        "每个工具调用和每个结果各占 stderr 的一行，按发生顺序"
+        "每个工具调用和每个结果各占 stderr 的一行，按发生顺序；edit 的结果下面是它的 diff（不在终端上不上色），\
+         最后一行是这个任务四次模型调用的用量之和"
     );
     assert_eq!(
         std::fs::read_to_string(&notes).expect("notes.md 还在"),
