@@ -155,12 +155,16 @@ impl Stop {
         }
     }
 
-    fn exit_code(self) -> ExitCode {
-        ExitCode::from(match self {
+    fn code(self) -> u8 {
+        match self {
             Stop::Interrupt => EXIT_CANCELLED,
             Stop::Terminate => EXIT_TERMINATED,
             Stop::HangUp => EXIT_HUNG_UP,
-        })
+        }
+    }
+
+    fn exit_code(self) -> ExitCode {
+        ExitCode::from(self.code())
     }
 }
 
@@ -220,6 +224,15 @@ fn stopped(stop: Stop) -> ExitCode {
     stop.exit_code()
 }
 
+/// pi ends at the prompt because of `stop`, at once: a read of stdin may still be in flight on
+/// tokio's blocking pool, and shutting the runtime down would wait for it.
+fn exit_at_prompt(stop: Stop, input: &mut Input) -> ! {
+    input.close();
+    eprintln!();
+    eprintln!("pi：收到 {}，退出", stop.name());
+    std::process::exit(i32::from(stop.code()))
+}
+
 async fn print_mode(
     mut session: Session,
     prompt: &str,
@@ -251,9 +264,7 @@ async fn interactive_mode(
             line = input.read() => line,
             stop = signals.recv() => {
                 if stop != Stop::Interrupt {
-                    input.close();
-                    eprintln!();
-                    return stopped(stop);
+                    exit_at_prompt(stop, &mut input);
                 }
                 eprintln!();
                 eprintln!("（没有正在运行的回合；按 Ctrl-D 退出）");
