@@ -138,7 +138,11 @@ async fn nested_instructions_and_a_skill_reach_the_model_and_the_body_only_when_
     assert_eq!(requests.len(), 2, "两个模型回合");
     let first = requests[0].json();
     let system = &first["messages"][0];
-    assert_eq!(system["role"], json!("system"), "第一条消息是 system message");
+    assert_eq!(
+        system["role"],
+        json!("system"),
+        "第一条消息是 system message"
+    );
     let (base, resources) = system["content"]
         .as_str()
         .unwrap_or_default()
