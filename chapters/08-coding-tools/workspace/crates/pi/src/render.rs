@@ -78,7 +78,8 @@ pub fn result_line(result: &ToolResultMessage, skipped: bool) -> String {
     let body = if body.trim().is_empty() {
         "（无输出）".to_string()
     } else {
-        one_line(&body, LINE_CHARS)
+        // A file `read` shows may hold escape sequences too: they are shown, not obeyed.
+        visible(&one_line(&body, LINE_CHARS))
     };
     format!("← {}{status}：{body}", result.tool_name)
 }
@@ -228,6 +229,11 @@ mod tests {
             result_line(&result("edit", "", true), true),
             "← edit（跳过）：（无输出）",
             "跳过的调用带标记，空输出有说明"
+        );
+        assert_eq!(
+            result_line(&result("read", "\x1b[2Jclear", false), false),
+            "← read：\\u{1b}[2Jclear",
+            "结果里的控制字符也显示成转义"
         );
         let long = "x".repeat(LINE_CHARS + 10);
         let line = result_line(&result("read", &long, false), false);
