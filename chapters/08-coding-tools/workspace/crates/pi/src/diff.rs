@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use pi_course::agent_loop::{EventSink, LoopEvent};
 use pi_course::coding_tools::{MutationQueue, Workspace};
@@ -27,6 +28,9 @@ const DIFF_LINE_CHARS: usize = 160;
 const CONTEXT: usize = 1;
 /// Files larger than this are not diffed (a diff of them would not be short anyway).
 const MAX_DIFF_BYTES: u64 = 1 << 20;
+/// How long the diff may search for the smallest edit script before it settles for a larger
+/// one; a pathological file then costs a coarser diff, not a slower tool call.
+const DIFF_DEADLINE: Duration = Duration::from_millis(200);
 
 /// The tools whose calls get a diff.
 const DIFFED: [&str; 2] = ["edit", "write"];
@@ -54,7 +58,9 @@ pub struct ShortDiff {
 
 /// The unified diff from `old` to `new` with one line of context, at most `max` lines of it.
 pub fn short_diff(old: &str, new: &str, max: usize) -> ShortDiff {
-    let diff = TextDiff::from_lines(old, new);
+    let diff = TextDiff::configure()
+        .timeout(DIFF_DEADLINE)
+        .diff_lines(old, new);
     let mut all = Vec::new();
     for hunk in diff.unified_diff().context_radius(CONTEXT).iter_hunks() {
         all.push(DiffLine {
