@@ -26,13 +26,34 @@ pub fn one_line(text: &str, limit: usize) -> String {
     shown
 }
 
-/// `→ read {"path":"notes.txt"}`
+/// Characters a terminal would act on instead of showing, written as `\u{1b}`: C0 and C1
+/// controls but the tab, and the format characters that reorder or hide text (bidi overrides,
+/// zero-width marks).
+pub fn visible(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        let hidden = (c.is_control() && c != '\t')
+            || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}' | '\u{feff}');
+        if hidden {
+            shown.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
+/// `→ read {"path":"notes.txt"}`. A `bash` call shows its arguments whole, however long: what
+/// runs is never cut. Other calls are cut at `LINE_CHARS`, as their results are.
 pub fn call_line(call: &ToolCall) -> String {
-    format!(
-        "→ {} {}",
-        call.name,
-        one_line(&call.arguments.to_string(), LINE_CHARS)
-    )
+    let arguments = call.arguments.to_string();
+    let shown = if call.name == "bash" {
+        arguments
+    } else {
+        one_line(&arguments, LINE_CHARS)
+    };
+    format!("→ {} {}", visible(&call.name), visible(&shown))
 }
 
 fn joined(content: &[TextContent]) -> String {
@@ -57,7 +78,8 @@ pub fn result_line(result: &ToolResultMessage, skipped: bool) -> String {
     let body = if body.trim().is_empty() {
         "（无输出）".to_string()
     } else {
-        one_line(&body, LINE_CHARS)
+        // A file `read` shows may hold escape sequences too: they are shown, not obeyed.
+        visible(&one_line(&body, LINE_CHARS))
     };
     format!("← {}{status}：{body}", result.tool_name)
 }
@@ -165,6 +187,33 @@ mod tests {
     }
 
     #[test]
+    fn a_bash_call_is_shown_whole_with_control_characters_visible() {
+        let command = format!("echo {}; rm -rf ../x", "a".repeat(300));
+        let call = ToolCall {
+            id: "c".into(),
+            name: "bash".into(),
+            arguments: json!({ "command": command }),
+            raw_arguments: None,
+        };
+        assert_eq!(
+            call_line(&call),
+            format!(r#"→ bash {{"command":"{command}"}}"#),
+            "bash 的命令整条显示，不截断"
+        );
+        let call = ToolCall {
+            id: "c".into(),
+            name: "bash".into(),
+            arguments: json!({"command": "printf '\x1b[2J'\u{9b}\u{202e}x\u{7f}"}),
+            raw_arguments: None,
+        };
+        assert_eq!(
+            call_line(&call),
+            r#"→ bash {"command":"printf '\u001b[2J'\u{9b}\u{202e}x\u{7f}"}"#,
+            "控制字符和双向文字控制符显示成转义，终端不会执行它们"
+        );
+    }
+
+    #[test]
     fn results_are_flattened_cut_and_labelled() {
         assert_eq!(
             result_line(&result("bash", "line 1\n  line   2\n", false), false),
@@ -180,6 +229,11 @@ mod tests {
             result_line(&result("edit", "", true), true),
             "← edit（跳过）：（无输出）",
             "跳过的调用带标记，空输出有说明"
+        );
+        assert_eq!(
+            result_line(&result("read", "\x1b[2Jclear", false), false),
+            "← read：\\u{1b}[2Jclear",
+            "结果里的控制字符也显示成转义"
         );
         let long = "x".repeat(LINE_CHARS + 10);
         let line = result_line(&result("read", &long, false), false);

@@ -146,10 +146,17 @@ async fn print_mode_reads_edits_and_runs_a_command_in_its_directory() {
             "← read：# Plan ⏎ - TODO write tests ⏎ - ship",
             r#"→ edit {"path":"notes.md","oldText":"- TODO write tests","newText":"- DONE write tests"}"#,
             "← edit：已在 notes.md 中替换 1 处",
+            "  @@ -1,3 +1,3 @@",
+            "   # Plan",
+            "  -- TODO write tests",
+            "  +- DONE write tests",
+            "   - ship",
             r#"→ bash {"command":"grep -c DONE notes.md"}"#,
             "← bash：1",
+            "用量：输入 72 · 输出 29 tokens（4 次模型调用）",
         ],
-        "每个工具调用和每个结果各占 stderr 的一行，按发生顺序"
+        "每个工具调用和每个结果各占 stderr 的一行，按发生顺序；edit 的结果下面是它的 diff（不在终端上不上色），\
+         最后一行是这个任务四次模型调用的用量之和"
     );
     assert_eq!(
         std::fs::read_to_string(&notes).expect("notes.md 还在"),
@@ -455,4 +462,264 @@ async fn interactive_mode_keeps_the_transcript_and_survives_ctrl_c() {
         ],
         "transcript 跨回合保留，被取消的回合也在里面"
     );
+}
+
+#[tokio::test]
+async fn a_long_command_is_shown_whole_and_only_its_output_is_cut() {
+    let scratch = Scratch::new("long-command");
+    let command_text = format!("echo {}; echo done", "x".repeat(290));
+    assert!(command_text.chars().count() >= 300, "命令至少 300 个字符");
+    let server = MockServer::start(vec![
+        Reply::tool_calls(&[("call_bash", "bash", json!({ "command": command_text }))]),
+        Reply::text("好了。"),
+    ])
+    .await
+    .expect("本地服务器应当能启动");
+    let mut command = pi(Some(&server.base_url()), &scratch.0);
+    command.args(["-p", "跑一条长命令"]);
+    let output = run(command).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stderr：{}",
+        text(&output.stderr)
+    );
+    let stderr = lines(&output.stderr);
+    assert_eq!(
+        stderr[0],
+        format!(r#"→ bash {{"command":"{command_text}"}}"#),
+        "调用行显示整条命令，一个字符都不少"
+    );
+    assert_eq!(
+        stderr[1],
+        format!("← bash：{}…", "x".repeat(160)),
+        "被截断的只有输出"
+    );
+}
+
+#[tokio::test]
+async fn a_write_shows_its_diff_and_the_task_ends_with_a_usage_line() {
+    let scratch = Scratch::new("write-diff");
+    let server = MockServer::start(vec![
+        Reply::tool_calls(&[(
+            "call_write",
+            "write",
+            json!({"path": "new.txt", "content": "one\ntwo\n"}),
+        )]),
+        Reply::text("写好了。"),
+        Reply::text("好的。"),
+    ])
+    .await
+    .expect("本地服务器应当能启动");
+    let mut command = pi(Some(&server.base_url()), &scratch.0);
+    command.args(["-p", "写一个文件"]);
+    let output = run(command).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stderr：{}",
+        text(&output.stderr)
+    );
+    assert_eq!(
+        lines(&output.stderr),
+        [
+            r#"→ write {"path":"new.txt","content":"one\ntwo\n"}"#,
+            "← write：已写入 8 字节：new.txt",
+            "  @@ -0,0 +1,2 @@",
+            "  +one",
+            "  +two",
+            "用量：输入 32 · 输出 13 tokens（2 次模型调用）",
+        ],
+        "新文件的 diff 全是新增行；用量是服务器报的两次调用之和（20+12 输入，8+5 输出）"
+    );
+    assert_eq!(text(&output.stdout), "写好了。\n", "diff 和用量不进 stdout");
+    let tool_message = server.requests()[1].json()["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|message| message["role"] == "tool")
+        .expect("第二个请求带着工具结果");
+    assert_eq!(
+        tool_message["content"],
+        json!("已写入 8 字节：new.txt"),
+        "diff 只给人看，不进模型看到的工具结果"
+    );
+
+    // One model call: no count of calls.
+    let mut command = pi(Some(&server.base_url()), &scratch.0);
+    command.args(["-p", "说句话"]);
+    let output = run(command).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stderr：{}",
+        text(&output.stderr)
+    );
+    assert_eq!(
+        lines(&output.stderr),
+        ["用量：输入 12 · 输出 5 tokens"],
+        "只有一次模型调用：用量行不带次数"
+    );
+}
+
+#[tokio::test]
+async fn the_system_prompt_states_date_system_shell_and_directory_truthfully() {
+    let scratch = Scratch::new("prompt");
+    let server = MockServer::start(vec![Reply::text("你好。")])
+        .await
+        .expect("本地服务器应当能启动");
+    let mut command = pi(Some(&server.base_url()), &scratch.0);
+    command.args(["-p", "你好"]);
+    let output = run(command).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stderr：{}",
+        text(&output.stderr)
+    );
+    let system = server.requests()[0].json()["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let root = scratch
+        .0
+        .canonicalize()
+        .expect("临时目录存在")
+        .display()
+        .to_string();
+    assert!(
+        system.contains(&format!("Your working directory is {root}.")),
+        "system prompt 说出工作目录：{system}"
+    );
+    let date = system
+        .split_once("Today is ")
+        .map(|(_, rest)| rest.chars().take(10).collect::<String>())
+        .unwrap_or_default();
+    let shape: String = date
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    assert_eq!(
+        shape, "9999-99-99",
+        "system prompt 写明今天的日期：{system}"
+    );
+    assert!(
+        system.contains(std::env::consts::OS)
+            && system.contains("the bash tool runs commands with /"),
+        "system prompt 说出操作系统和 bash 用的 shell：{system}"
+    );
+    assert!(
+        system.contains("not confined to it") && !system.contains("nothing outside"),
+        "system prompt 不能声称目录外的东西碰不到（bash 碰得到）：{system}"
+    );
+}
+
+/// The state letter of a process from /proc; `None` when it is gone.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+}
+
+#[tokio::test]
+async fn sigterm_and_sighup_cancel_a_running_command_kill_it_and_end_pi() {
+    for (signal, code, name) in [
+        (libc::SIGTERM, 143, "SIGTERM"),
+        (libc::SIGHUP, 129, "SIGHUP"),
+    ] {
+        let scratch = Scratch::new("terminate");
+        let server = MockServer::start(vec![Reply::tool_calls(&[(
+            "call_sleep",
+            "bash",
+            json!({"command": "sleep 300 & echo $! > sleep.pid; wait"}),
+        )])])
+        .await
+        .expect("本地服务器应当能启动");
+        let mut command = pi(Some(&server.base_url()), &scratch.0);
+        command.args(["-p", "睡一会儿"]);
+        let child = command.spawn().expect("能启动 pi");
+        let pid_file = scratch.0.join("sleep.pid");
+        let sleeper = tokio::time::timeout(LIMIT, async {
+            loop {
+                let written = std::fs::read_to_string(&pid_file).unwrap_or_default();
+                if let Ok(pid) = written.trim().parse::<i32>() {
+                    return pid;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("bash 工具应当启动 sleep 并写下它的 pid");
+        let pi_pid = child.id().expect("pi 还在运行") as libc::pid_t;
+        // SAFETY: kill(2) with a pid this test spawned and still owns.
+        let sent = unsafe { libc::kill(pi_pid, signal) };
+        assert_eq!(sent, 0, "能给 pi 发 {name}");
+        let output = finish(child).await;
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{name} 结束的 pi 退出码是 128 + 信号编号；stderr：{}",
+            text(&output.stderr)
+        );
+        assert_eq!(
+            lines(&output.stderr).last().map(String::as_str),
+            Some(format!("pi：收到 {name}，已取消并退出").as_str()),
+            "{name}：最后一行说明收到了什么信号"
+        );
+        // The tool killed the command's process group before pi ended; reaping may lag.
+        let gone = tokio::time::timeout(LIMIT, async {
+            while !matches!(process_state(sleeper), None | Some('Z') | Some('X')) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert!(
+            gone.is_ok(),
+            "{name} 之后模型启动的 sleep（pid {sleeper}）不能还活着：状态 {:?}",
+            process_state(sleeper)
+        );
+    }
+}
+
+#[tokio::test]
+async fn sigterm_at_the_interactive_prompt_ends_pi() {
+    let scratch = Scratch::new("prompt-term");
+    let server = MockServer::start(vec![])
+        .await
+        .expect("本地服务器应当能启动");
+    let mut command = pi(Some(&server.base_url()), &scratch.0);
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().expect("能启动 pi");
+    let stdin = child.stdin.take().expect("stdin 是管道");
+    let mut stderr = child.stderr.take().expect("stderr 是管道");
+    // The prompt is up once "> " has been written.
+    let mut seen = Vec::new();
+    tokio::time::timeout(LIMIT, async {
+        let mut buffer = [0u8; 256];
+        while !text(&seen).ends_with("> ") {
+            let read = tokio::io::AsyncReadExt::read(&mut stderr, &mut buffer)
+                .await
+                .expect("能读 stderr");
+            assert!(read > 0, "pi 不应在提示符出现前结束：{}", text(&seen));
+            seen.extend_from_slice(&buffer[..read]);
+        }
+    })
+    .await
+    .expect("交互模式的提示符应当出现");
+    let pid = child.id().expect("pi 还在运行") as libc::pid_t;
+    // SAFETY: kill(2) with a pid this test spawned and still owns.
+    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(sent, 0, "能给 pi 发 SIGTERM");
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .expect("pi 必须在 30 秒内结束")
+        .expect("能等 pi 结束");
+    drop(stdin);
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "提示符处收到 SIGTERM：pi 立即结束（不等标准输入关闭），退出码 143"
+    );
+    assert!(server.requests().is_empty(), "没有任务就不问模型");
 }

@@ -88,8 +88,11 @@ async fn a_429_with_retry_after_is_waited_out_and_announced_once() {
     assert_eq!(text(&output.stdout), "你好！\n", "stdout 只有回答");
     assert_eq!(
         lines(&output.stderr),
-        ["pi：服务器返回 429（请求过多），1 秒后重试（第 1/4 次）…"],
-        "每次重试在 stderr 上恰好一行，说出状态、等待和次数"
+        [
+            "pi：服务器返回 429（请求过多），1 秒后重试（第 1/4 次）…",
+            "用量：输入 12 · 输出 5 tokens",
+        ],
+        "每次重试在 stderr 上恰好一行，说出状态、等待和次数；任务结束时是用量行"
     );
     assert_eq!(server.requests().len(), 2, "429 之后恰好再发一次");
 }

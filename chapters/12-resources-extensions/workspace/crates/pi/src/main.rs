@@ -1,18 +1,20 @@
 //! `pi`: the agent you built, as a program.
 //!
-//! `pi -p "任务"` runs one task and exits; plain `pi` reads one task per line until Ctrl-D.
+//! `pi -p "任务"` runs one task and exits; plain `pi` reads one task per line until Ctrl-D,
+//! with line editing and history when it runs in a terminal.
 //! It talks to any OpenAI-compatible endpoint (`OPENAI_COMPATIBLE_BASE_URL`, `…_API_KEY`,
 //! `…_MODEL`) and works in the current directory, or in the one `-C` names.
 
 mod compaction;
 mod config;
+mod diff;
 mod gate;
+mod input;
 mod project;
 mod render;
 mod session;
 mod session_store;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -20,11 +22,11 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::Parser;
 use pi_course::agent_loop::{AgentRunResult, RunReason, DEFAULT_MAX_STEPS};
 use pi_course::types::AgentMessage;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Flags;
+use crate::input::{Input, Read};
 use crate::render::ending_line;
 use crate::session::Session;
 
@@ -34,6 +36,10 @@ const EXIT_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 /// Cancelled with Ctrl-C (128 + SIGINT, as shells report it).
 const EXIT_CANCELLED: u8 = 130;
+/// Ended by SIGHUP (128 + 1): the terminal went away.
+const EXIT_HUNG_UP: u8 = 129;
+/// Ended by SIGTERM (128 + 15).
+const EXIT_TERMINATED: u8 = 143;
 
 /// 你自己写的编码 agent：流式调用 OpenAI 兼容的模型，用 read、write、edit、bash 在一个目录里干活。
 ///
@@ -135,47 +141,136 @@ fn exit_code(result: &AgentRunResult, max_steps: usize) -> ExitCode {
     }
 }
 
-/// Runs one task; Ctrl-C cancels it, and the turn still runs to its end so that every call
-/// already made gets its paired result.
-async fn cancellable_turn(
-    session: &mut Session,
-    task: &str,
-    interrupt: &mut Signal,
-) -> Result<AgentRunResult, String> {
-    let cancel = CancellationToken::new();
-    let turn = session.turn(task, cancel.clone());
-    tokio::pin!(turn);
-    loop {
+/// A signal that stops work. Ctrl-C cancels the running turn; SIGTERM and SIGHUP cancel it
+/// the same way (the tools' process groups are killed) and then end pi.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Interrupt,
+    Terminate,
+    HangUp,
+}
+
+impl Stop {
+    fn name(self) -> &'static str {
+        match self {
+            Stop::Interrupt => "SIGINT",
+            Stop::Terminate => "SIGTERM",
+            Stop::HangUp => "SIGHUP",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Stop::Interrupt => EXIT_CANCELLED,
+            Stop::Terminate => EXIT_TERMINATED,
+            Stop::HangUp => EXIT_HUNG_UP,
+        }
+    }
+
+    fn exit_code(self) -> ExitCode {
+        ExitCode::from(self.code())
+    }
+}
+
+/// The three signals pi handles itself, installed before the first turn.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hang_up: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hang_up: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) -> Stop {
         tokio::select! {
-            result = &mut turn => return result,
-            _ = interrupt.recv() => cancel.cancel(),
+            _ = self.interrupt.recv() => Stop::Interrupt,
+            _ = self.terminate.recv() => Stop::Terminate,
+            _ = self.hang_up.recv() => Stop::HangUp,
         }
     }
 }
 
-/// `/compact`, with Ctrl-C cancelling the summary; nothing is written then.
+/// Runs one task; a signal cancels it, and the turn still runs to its end so that every call
+/// already made gets its paired result. Also says whether SIGTERM or SIGHUP came, after which
+/// pi ends.
+async fn cancellable_turn(
+    session: &mut Session,
+    task: &str,
+    signals: &mut Signals,
+) -> (Result<AgentRunResult, String>, Option<Stop>) {
+    let cancel = CancellationToken::new();
+    let turn = session.turn(task, cancel.clone());
+    tokio::pin!(turn);
+    let mut fatal = None;
+    loop {
+        tokio::select! {
+            result = &mut turn => return (result, fatal),
+            stop = signals.recv() => {
+                if stop != Stop::Interrupt {
+                    fatal = Some(stop);
+                }
+                cancel.cancel();
+            }
+        }
+    }
+}
+
+/// `/compact`, with Ctrl-C cancelling the summary; nothing is written then. SIGTERM or SIGHUP
+/// cancel it too and are handed back, so pi then exits as it does after a turn.
 async fn cancellable_compaction(
     session: &mut Session,
-    interrupt: &mut Signal,
-) -> Result<(), String> {
+    signals: &mut Signals,
+) -> (Result<(), String>, Option<Stop>) {
     let cancel = CancellationToken::new();
+    let mut fatal = None;
     let compaction = session.compact_now(&cancel);
     tokio::pin!(compaction);
     loop {
         tokio::select! {
-            result = &mut compaction => return result,
-            _ = interrupt.recv() => cancel.cancel(),
+            result = &mut compaction => return (result, fatal),
+            stop = signals.recv() => {
+                if stop != Stop::Interrupt {
+                    fatal = Some(stop);
+                }
+                cancel.cancel();
+            }
         }
     }
+}
+
+/// pi ends because of `stop`: one line, and the signal's exit code.
+fn stopped(stop: Stop) -> ExitCode {
+    eprintln!("pi：收到 {}，已取消并退出", stop.name());
+    stop.exit_code()
+}
+
+/// pi ends at the prompt because of `stop`, at once: a read of stdin may still be in flight on
+/// tokio's blocking pool, and shutting the runtime down would wait for it.
+fn exit_at_prompt(stop: Stop, input: &mut Input) -> ! {
+    input.close();
+    eprintln!();
+    eprintln!("pi：收到 {}，退出", stop.name());
+    std::process::exit(i32::from(stop.code()))
 }
 
 async fn print_mode(
     mut session: Session,
     prompt: &str,
-    mut interrupt: Signal,
+    mut signals: Signals,
     max_steps: usize,
 ) -> ExitCode {
-    match cancellable_turn(&mut session, prompt, &mut interrupt).await {
+    let (outcome, fatal) = cancellable_turn(&mut session, prompt, &mut signals).await;
+    if let Some(stop) = fatal {
+        return stopped(stop);
+    }
+    match outcome {
         Ok(result) => exit_code(&result, max_steps),
         Err(message) => {
             eprintln!("pi：{message}");
@@ -184,36 +279,35 @@ async fn print_mode(
     }
 }
 
-fn prompt_marker() {
-    eprint!("> ");
-    let _ = std::io::stderr().flush();
-}
-
 async fn interactive_mode(
     mut session: Session,
-    mut interrupt: Signal,
+    mut signals: Signals,
     max_steps: usize,
 ) -> ExitCode {
+    let mut input = Input::open();
     eprintln!("pi 交互模式：每行一个任务；Ctrl-C 取消正在运行的回合，Ctrl-D 退出。");
     eprintln!("输入 /compact 把较早的历史压缩成摘要（只保留最近一次交互的原文）。");
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
-        prompt_marker();
         let line = tokio::select! {
-            line = lines.next_line() => line,
-            _ = interrupt.recv() => {
+            line = input.read() => line,
+            stop = signals.recv() => {
+                if stop != Stop::Interrupt {
+                    exit_at_prompt(stop, &mut input);
+                }
                 eprintln!();
                 eprintln!("（没有正在运行的回合；按 Ctrl-D 退出）");
                 continue;
             }
         };
         let task = match line {
-            Ok(Some(task)) => task,
-            Ok(None) => {
+            Read::Line(task) => task,
+            // Ctrl-C at the line editor's prompt: the line is dropped, the session goes on.
+            Read::Cleared => continue,
+            Read::End => {
                 eprintln!();
                 return ExitCode::SUCCESS;
             }
-            Err(error) => {
+            Read::Failed(error) => {
                 eprintln!("pi：读不了标准输入：{error}");
                 return ExitCode::from(EXIT_FAILED);
             }
@@ -223,8 +317,12 @@ async fn interactive_mode(
         }
         // Chapter 11: `/compact` summarises the history now, keeping the newest interaction.
         if task.trim() == "/compact" {
-            if let Err(message) = cancellable_compaction(&mut session, &mut interrupt).await {
+            let (outcome, fatal) = cancellable_compaction(&mut session, &mut signals).await;
+            if let Err(message) = outcome {
                 eprintln!("pi：{message}");
+            }
+            if let Some(stop) = fatal {
+                return stopped(stop);
             }
             continue;
         }
@@ -236,7 +334,11 @@ async fn interactive_mode(
                 continue;
             }
         };
-        match cancellable_turn(&mut session, &task, &mut interrupt).await {
+        let (outcome, fatal) = cancellable_turn(&mut session, &task, &mut signals).await;
+        if let Some(stop) = fatal {
+            return stopped(stop);
+        }
+        match outcome {
             // The session goes on after a failed or cancelled turn; only its line is shown.
             Ok(result) => {
                 let _ = exit_code(&result, max_steps);
@@ -379,17 +481,18 @@ async fn main() -> ExitCode {
         };
         session.confirm(gate::Gate { rules, ask });
     }
-    // Installed before the first turn: from here on Ctrl-C cancels a turn instead of killing
-    // pi, so every call already made still gets its paired result.
-    let interrupt = match signal(SignalKind::interrupt()) {
-        Ok(interrupt) => interrupt,
+    // Installed before the first turn: from here on Ctrl-C, SIGTERM and SIGHUP cancel a turn
+    // instead of killing pi, so every call already made still gets its paired result and no
+    // command the model started outlives pi.
+    let signals = match Signals::install() {
+        Ok(signals) => signals,
         Err(error) => {
-            eprintln!("pi：无法接管 Ctrl-C：{error}");
+            eprintln!("pi：无法接管 Ctrl-C、SIGTERM 和 SIGHUP：{error}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
     match args.print {
-        Some(task) => print_mode(session, &task, interrupt, max_steps).await,
-        None => interactive_mode(session, interrupt, max_steps).await,
+        Some(task) => print_mode(session, &task, signals, max_steps).await,
+        None => interactive_mode(session, signals, max_steps).await,
     }
 }
