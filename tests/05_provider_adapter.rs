@@ -601,6 +601,81 @@ mod inbound {
         assert_eq!(failed.usage, Usage::default(), "失败的消息 usage 为零");
     }
 
+    // Kills: trusting `finish_reason: stop` over the tool calls that are there (vLLM, SGLang
+    // and older Ollama finish tool turns with `stop`), turning `stop` into a tool turn when
+    // there is no call, and reporting a content-filter stop as a normal answer.
+    #[test]
+    fn tool_calls_decide_the_turn_and_content_filter_is_an_error() {
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![
+                tool_chunk(0, Some("call-1"), Some("read"), r#"{"path":"a.txt"}"#),
+                ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        let (ends, message) = state.finish().expect("stop 加工具调用是正常结束");
+        assert_eq!(ends.len(), 1, "每个调用都有一个 toolcall_end");
+        assert_eq!(
+            message.stop_reason,
+            StopReason::ToolUse,
+            "有工具调用时不管 finish_reason 是不是 stop，这一回合都是 toolUse"
+        );
+        assert_eq!(
+            message.content,
+            vec![parsed_call(
+                "call-1",
+                "read",
+                json!({"path": "a.txt"}),
+                r#"{"path":"a.txt"}"#
+            )],
+            "stop 回合里的调用和 tool_calls 回合一样解析参数"
+        );
+
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![
+                text_chunk("好的"),
+                ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        let (_, message) = state.finish().expect("纯文本 stop 是正常结束");
+        assert_eq!(
+            message.stop_reason,
+            StopReason::Stop,
+            "没有工具调用的 stop 仍然是 stop"
+        );
+
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![
+                text_chunk("前半句"),
+                ProviderChunk::Finish {
+                    reason: FinishReason::ContentFilter,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        assert_eq!(
+            state.finish().expect_err("被内容过滤拦下的回答不能算完成"),
+            "Provider 的内容过滤拦下了这次回答（finish_reason: content_filter）",
+            "content_filter 用一句直白的话报错，而不是“不支持的 finish_reason”"
+        );
+        assert_eq!(
+            FinishReason::ContentFilter.stop_reason(),
+            StopReason::Error,
+            "content_filter 映射为 error"
+        );
+    }
+
     // Kills: inventing a stop reason when the provider never sent one, and a zero total when
     // the provider omits `total_tokens`.
     #[test]
@@ -1094,10 +1169,6 @@ mod sse {
             (&["not json"], "data line is not valid JSON"),
             (&["[1]"], "payload must be an object"),
             (
-                &[r#"{"error":{"message":"quota"}}"#],
-                "provider returned an error payload",
-            ),
-            (
                 &[r#"{"choices":"not-an-array"}"#],
                 "choices must be an array",
             ),
@@ -1122,12 +1193,12 @@ mod sse {
             ),
             (
                 &[
-                    r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"c","function":{"name":"ls"}}]}}]}"#,
+                    r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":-1,"id":"c","function":{"name":"ls"}}]}}]}"#,
                 ],
                 "choices[0].delta.tool_calls[0].index must be a non-negative integer",
             ),
             (
-                &[r#"{"choices":[{"index":0,"delta":{},"finish_reason":"content_filter"}]}"#],
+                &[r#"{"choices":[{"index":0,"delta":{},"finish_reason":"eos"}]}"#],
                 "finish_reason is not supported",
             ),
             (
@@ -1186,6 +1257,112 @@ mod sse {
                 "第 {attempt} 次收到同一个 finish_reason 时不能报错：只有变成另一个值才算改变"
             );
         }
+    }
+
+    // Kills: an error payload reported as a malformed chunk (the provider's own message
+    // lost), a bare-string `error` ignored, and `content_filter` refused as unsupported.
+    #[test]
+    fn provider_errors_and_content_filter_keep_their_words() {
+        let cases = [
+            (
+                r#"{"error":{"message":"Rate limit reached for requests","type":"requests"}}"#,
+                "Provider 返回错误：Rate limit reached for requests",
+            ),
+            (
+                r#"{"error":"upstream overloaded"}"#,
+                "Provider 返回错误：upstream overloaded",
+            ),
+            (
+                r#"{"error":{"code":503}}"#,
+                r#"Provider 返回错误：{"code":503}"#,
+            ),
+        ];
+        for (payload, expected) in cases {
+            let error = ChunkDecoder::new()
+                .decode(payload)
+                .expect_err("error payload 必须结束这次流");
+            assert_eq!(
+                error.to_string(),
+                expected,
+                "流里的 error payload 要带出 provider 自己的话（message，或字符串，或整段 JSON）"
+            );
+        }
+
+        let chunks = decode_sse(
+            sse_halves(&[
+                r#"{"choices":[{"index":0,"delta":{"content":"一半"},"finish_reason":"content_filter"}]}"#,
+                "[DONE]",
+            ])
+            .iter()
+            .map(Vec::as_slice),
+        );
+        assert_eq!(
+            chunks,
+            vec![
+                Ok(text_chunk("一半")),
+                Ok(ProviderChunk::Finish {
+                    reason: FinishReason::ContentFilter,
+                    usage: ProviderUsage::default(),
+                }),
+            ],
+            "content_filter 是一个 finish 原因，同一个 chunk 里的文本照常保留"
+        );
+    }
+
+    // Kills: requiring `index` on every tool-call delta (Gemini's compatible endpoint sends
+    // none), giving every index-less delta a new call, and merging two calls with different ids.
+    #[test]
+    fn tool_calls_without_index_are_inferred() {
+        let chunks = decode_sse(
+            sse_halves(&[
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call-a","type":"function","function":{"name":"read","arguments":"{\"path\":"}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"\"a.txt\"}"}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call-b","type":"function","function":{"name":"ls","arguments":"{}"}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call-b","function":{"arguments":""}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            ])
+            .iter()
+            .map(Vec::as_slice),
+        );
+        assert_eq!(
+            chunks,
+            vec![
+                Ok(tool_chunk(0, Some("call-a"), Some("read"), r#"{"path":"#)),
+                Ok(tool_chunk(0, None, None, r#""a.txt"}"#)),
+                Ok(tool_chunk(1, Some("call-b"), Some("ls"), "{}")),
+                Ok(tool_chunk(1, Some("call-b"), None, "")),
+                Ok(ProviderChunk::Finish {
+                    reason: FinishReason::ToolCalls,
+                    usage: ProviderUsage::default(),
+                }),
+            ],
+            "没有 index 时：带新 id 的片段开启下一个调用，没有 id 或 id 相同的片段续写上一个调用"
+        );
+
+        let mut decoder = ChunkDecoder::new();
+        let chunks = decoder
+            .decode(
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":3,"id":"x","function":{"name":"a"}},{"id":"y","function":{"name":"b"}}]}}]}"#,
+            )
+            .expect("混用有 index 和没有 index 的片段也合法");
+        assert_eq!(
+            chunks,
+            vec![
+                ProviderChunk::Tool {
+                    index: 3,
+                    id: Some("x".into()),
+                    name: Some("a".into()),
+                    arguments_delta: None,
+                },
+                ProviderChunk::Tool {
+                    index: 4,
+                    id: Some("y".into()),
+                    name: Some("b".into()),
+                    arguments_delta: None,
+                },
+            ],
+            "推断出的新调用排在见过的最大 index 之后，不会撞上已有的调用"
+        );
     }
 
     // Kills: reading on after `[DONE]`, inventing a `Finish` when the provider never sent a

@@ -180,6 +180,43 @@ async fn pre_cancelled_request_over_sse_is_aborted() {
     .expect("1 秒内没有等到终态事件");
 }
 
+#[tokio::test]
+async fn gemini_style_calls_without_index_ending_in_stop_are_a_tool_turn() {
+    tokio::time::timeout(Duration::from_secs(1), async {
+        let transport = Arc::new(SseTransport::new(sse(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"id":"g-1","type":"function","function":{"name":"read","arguments":"{\"path\":\"a\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"g-2","type":"function","function":{"name":"read","arguments":"{\"path\":\"b\"}"}}]},"finish_reason":"stop"}]}"#,
+        ])));
+        let model = OpenAiCompatibleModel::new("p", "m", transport);
+        let mut context = AgentContext::default();
+        context.messages.push(user_message("q"));
+        let result = model
+            .stream(&context, StreamOptions::default())
+            .result()
+            .await;
+        assert_eq!(
+            result.stop_reason,
+            StopReason::ToolUse,
+            "没有 index、以 stop 结束的两个调用仍是一个 toolUse 回合"
+        );
+        let ids: Vec<(&str, serde_json::Value)> = result
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                AssistantContent::ToolCall(call) => Some((call.id.as_str(), call.arguments.clone())),
+                AssistantContent::Text(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            vec![("g-1", json!({"path": "a"})), ("g-2", json!({"path": "b"}))],
+            "两个不同 id 的调用各自成块，参数不会拼在一起"
+        );
+    })
+    .await
+    .expect("1 秒内没有等到终态事件");
+}
+
 mod http_labs {
     use super::*;
     use pi_course::http_transport::{

@@ -24,6 +24,9 @@ use crate::types::{
 pub const REQUEST_ABORTED: &str = "Request was aborted";
 /// Error text of a stream that ended without telling us why it stopped.
 pub const MISSING_FINISH: &str = "Provider stream ended without a finish chunk";
+/// Error text of a turn the provider's content filter stopped (`finish_reason: content_filter`).
+pub const CONTENT_FILTERED: &str =
+    "Provider 的内容过滤拦下了这次回答（finish_reason: content_filter）";
 
 // ---------------------------------------------------------------- outbound (Lab 5.1)
 
@@ -143,6 +146,8 @@ pub enum FinishReason {
     Stop,
     Length,
     ToolCalls,
+    /// The provider's content filter cut the answer (`content_filter`).
+    ContentFilter,
 }
 
 impl FinishReason {
@@ -152,6 +157,8 @@ impl FinishReason {
             FinishReason::Stop => StopReason::Stop,
             FinishReason::Length => StopReason::Length,
             FinishReason::ToolCalls => StopReason::ToolUse,
+            // Not an answer: the turn ends in error, with `CONTENT_FILTERED` as its message.
+            FinishReason::ContentFilter => StopReason::Error,
         }
         // endregion
     }
@@ -410,7 +417,15 @@ impl InboundState {
         let Some((reason, usage)) = self.finish else {
             return Err(MISSING_FINISH.to_string());
         };
-        let stop_reason = reason.stop_reason();
+        if reason == FinishReason::ContentFilter {
+            return Err(CONTENT_FILTERED.to_string());
+        }
+        // Tool calls run whenever they are present: vLLM, SGLang, older Ollama (and OpenAI at
+        // times) finish a tool turn with `stop`.
+        let stop_reason = match reason {
+            FinishReason::Stop if !self.tools.is_empty() => StopReason::ToolUse,
+            reason => reason.stop_reason(),
+        };
         let mut buffers: Vec<ToolBuffer> = self.tools.values().cloned().collect();
         buffers.sort_by_key(|buffer| buffer.content_index);
 

@@ -29,6 +29,9 @@ use crate::types::{
 pub const REQUEST_ABORTED: &str = "Request was aborted";
 /// Error text of a stream that ended without telling us why it stopped.
 pub const MISSING_FINISH: &str = "Provider stream ended without a finish chunk";
+/// Error text of a turn the provider's content filter stopped (`finish_reason: content_filter`).
+pub const CONTENT_FILTERED: &str =
+    "Provider 的内容过滤拦下了这次回答（finish_reason: content_filter）";
 
 // ---------------------------------------------------------------- outbound (Lab 5.1)
 
@@ -59,6 +62,8 @@ pub enum FinishReason {
     Stop,
     Length,
     ToolCalls,
+    /// The provider's content filter cut the answer (`content_filter`).
+    ContentFilter,
 }
 
 impl FinishReason {
