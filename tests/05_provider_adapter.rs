@@ -220,6 +220,37 @@ mod outbound {
         assert_eq!(context, before, "出站转换不能修改 canonical transcript");
     }
 
+    // Kills: replaying cut or malformed argument text verbatim (a strict server answers 400
+    // to every later request), sending it as a JSON string instead of `{}`, and replacing
+    // valid raw text that is not an object.
+    #[test]
+    fn arguments_that_are_not_json_go_back_as_an_empty_object() {
+        let assistant = assistant_message(
+            vec![
+                raw_call("call-cut", "read", r#"{"path":"READ"#),
+                raw_call("call-empty", "ls", ""),
+                parsed_call("call-list", "pick", json!([1, 2]), "[1,2]"),
+            ],
+            StopReason::ToolUse,
+        );
+        let wire = to_provider_messages(&context_of(vec![AgentMessage::Assistant(assistant)]));
+        let arguments: Vec<&Value> = (0..3)
+            .map(|i| &wire[0]["tool_calls"][i]["function"]["arguments"])
+            .collect();
+        assert_eq!(
+            arguments,
+            vec![&json!("{}"), &json!("{}"), &json!("[1,2]")],
+            "rawArguments 不是合法 JSON（被截断、被取消、模型写坏）时发送 \"{{}}\"；合法的原文照常原样发回"
+        );
+        for (i, argument) in arguments.iter().enumerate() {
+            let text = argument.as_str().expect("arguments 在 wire 上是字符串");
+            assert!(
+                serde_json::from_str::<Value>(text).is_ok(),
+                "第 {i} 个调用发出去的 arguments 必须是合法 JSON，严格的服务端才会接受：{text}"
+            );
+        }
+    }
+
     // Kills: sending every system message as-is, sending only the first one (patches lost),
     // and sending an empty system prompt.
     #[test]
@@ -556,30 +587,48 @@ mod inbound {
         );
     }
 
-    // Kills: treating unparsable `tool_calls` arguments as `{}` or as a string, naming the
-    // call by anything but its tool name, and a failure message without the partial.
+    // Kills: ending the turn on unparsable `tool_calls` arguments (the run would stop instead
+    // of telling the model), turning them into `{}` (a guess executed as if the model said
+    // it), losing the raw text, and a `fail` that drops the partial or the given reason.
     #[test]
-    fn incomplete_json_for_tool_calls_is_an_error() {
+    fn unparsable_tool_arguments_stay_raw_and_the_turn_goes_on() {
         let mut state = InboundState::new("fixture", "fixture-1");
         apply_all(
             &mut state,
             vec![
                 text_chunk("看看"),
                 tool_chunk(0, Some("call-1"), Some("read"), r#"{"path":"#),
+                tool_chunk(1, Some("call-2"), Some("ls"), "{}"),
                 ProviderChunk::Finish {
                     reason: FinishReason::ToolCalls,
                     usage: ProviderUsage::default(),
                 },
             ],
         );
-        let error = state
+        let (ends, message) = state
             .finish()
-            .expect_err("tool_calls 的参数必须是完整 JSON");
+            .expect("参数不是合法 JSON 不能结束回合：调用留下来，由工具契约回答它");
         assert_eq!(
-            error, "Tool read arguments 不是完整 JSON",
-            "报错写明是哪个工具：Tool <name> arguments 不是完整 JSON"
+            message.stop_reason,
+            StopReason::ToolUse,
+            "参数坏了的回合仍然是 toolUse 回合"
         );
-        let failed = state.fail(StopReason::Error, &error);
+        assert_eq!(
+            message.content,
+            vec![
+                text_block("看看"),
+                raw_call("call-1", "read", r#"{"path":"#),
+                parsed_call("call-2", "ls", json!({}), "{}"),
+            ],
+            "参数不是合法 JSON 时 arguments 保留原始字符串（rawArguments 同样是原文），合法的调用照常解析"
+        );
+        assert_eq!(
+            ends.len(),
+            2,
+            "每个调用都有一个 toolcall_end，包括参数坏了的那个"
+        );
+
+        let failed = state.fail(StopReason::Error, "boom");
         assert_eq!(
             failed.stop_reason,
             StopReason::Error,
@@ -587,17 +636,10 @@ mod inbound {
         );
         assert_eq!(
             failed.error_message.as_deref(),
-            Some(error.as_str()),
+            Some("boom"),
             "fail 的消息带着给定的 errorMessage"
         );
-        assert_eq!(
-            failed.content,
-            vec![
-                text_block("看看"),
-                raw_call("call-1", "read", r#"{"path":"#)
-            ],
-            "失败时保留 partial 内容"
-        );
+        assert_eq!(failed.content, message.content, "失败时保留 partial 内容");
         assert_eq!(failed.usage, Usage::default(), "失败的消息 usage 为零");
     }
 

@@ -96,11 +96,14 @@ fn assistant_to_wire(message: &AssistantMessage) -> Value {
 // endregion
 
 // region: Lab 5.1 answer-only wire_arguments
-/// The provider's own text wins: re-serialising could change what the model said.
+/// The provider's own text wins: re-serialising could change what the model said. Text that is
+/// not JSON (cut by `length` or an abort, or malformed by the model) never goes back: strict
+/// servers (vLLM, several gateways) answer 400 to the whole request. `{}` goes instead; the
+/// paired tool result already quotes what was received.
 fn wire_arguments(call: &ToolCall) -> String {
     match (&call.raw_arguments, &call.arguments) {
-        (Some(raw), _) => raw.clone(),
-        (None, Value::Null) => "{}".to_string(),
+        (Some(raw), _) if serde_json::from_str::<Value>(raw).is_ok() => raw.clone(),
+        (Some(_), _) | (None, Value::Null) => "{}".to_string(),
         (None, arguments) => arguments.to_string(),
     }
 }
@@ -431,22 +434,18 @@ impl InboundState {
 
         let mut events = Vec::new();
         for buffer in buffers {
-            // Only a finished `tool_calls` turn promises complete JSON; a `length` cut keeps
-            // the truncated text so nothing downstream mistakes it for real arguments.
+            // Only a tool turn's arguments are parsed; a `length` cut keeps the truncated text
+            // so nothing downstream mistakes it for real arguments. Text that does not parse
+            // stays the raw string too: the turn goes on, and the tool contract answers the
+            // call with an error that quotes it (chapter 06).
             let arguments = if stop_reason == StopReason::ToolUse {
                 let text = if buffer.arguments_text.is_empty() {
                     "{}"
                 } else {
                     buffer.arguments_text.as_str()
                 };
-                serde_json::from_str(text).map_err(|_| {
-                    let label = if buffer.name.is_empty() {
-                        buffer.content_index.to_string()
-                    } else {
-                        buffer.name.clone()
-                    };
-                    format!("Tool {label} arguments 不是完整 JSON")
-                })?
+                serde_json::from_str(text)
+                    .unwrap_or_else(|_| Value::String(buffer.arguments_text.clone()))
             } else {
                 Value::String(buffer.arguments_text.clone())
             };
