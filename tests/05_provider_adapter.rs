@@ -251,6 +251,38 @@ mod outbound {
         }
     }
 
+    // Kills: dropping a tool turn's reasoning (DeepSeek's thinking mode then rejects the next
+    // request), sending it on turns without calls, and mixing it into `content`.
+    #[test]
+    fn reasoning_goes_back_with_a_tool_turn_only() {
+        let mut tool_turn = assistant_message(
+            vec![
+                text_block("先看看"),
+                parsed_call("call-1", "read", json!({"path": "a"}), r#"{"path":"a"}"#),
+            ],
+            StopReason::ToolUse,
+        );
+        tool_turn.thinking = Some("用户要读 a".into());
+        let mut answer = assistant_message(vec![text_block("好了")], StopReason::Stop);
+        answer.thinking = Some("可以回答了".into());
+        let wire = to_provider_messages(&context_of(vec![
+            AgentMessage::Assistant(tool_turn),
+            AgentMessage::Assistant(answer),
+        ]));
+        assert_eq!(
+            wire[0],
+            json!({"role": "assistant", "content": "先看看", "reasoning_content": "用户要读 a",
+                   "tool_calls": [{"id": "call-1", "type": "function",
+                                   "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}]}),
+            "工具回合的 thinking 作为 reasoning_content 发回，content 里只有文本"
+        );
+        assert_eq!(
+            wire[1],
+            json!({"role": "assistant", "content": "好了"}),
+            "没有调用的回合不发 reasoning_content"
+        );
+    }
+
     // Kills: sending every system message as-is, sending only the first one (patches lost),
     // and sending an empty system prompt.
     #[test]
@@ -715,6 +747,84 @@ mod inbound {
             FinishReason::ContentFilter.stop_reason(),
             StopReason::Error,
             "content_filter 映射为 error"
+        );
+    }
+
+    // Kills: mixing reasoning into the answer's text, dropping it, emitting it as a text
+    // delta, and a `thinking` key in the JSON of a message that has none (chapter 07's
+    // transcript must stay byte for byte the same).
+    #[test]
+    fn thinking_is_kept_apart_from_the_text() {
+        let mut state = InboundState::new("fixture", "fixture-1");
+        let events = apply_all(
+            &mut state,
+            vec![
+                ProviderChunk::Thinking {
+                    delta: "先想".into(),
+                },
+                ProviderChunk::Thinking {
+                    delta: "一想".into(),
+                },
+                text_chunk("答案"),
+                ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        let deltas: Vec<(&str, Option<&str>)> = events
+            .iter()
+            .map(|event| match event {
+                ModelEvent::TextDelta { delta, partial, .. } => {
+                    (delta.as_str(), partial.thinking.as_deref())
+                }
+                other => panic!("思考片段不产生事件，只有文本产生 text_delta，却得到 {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            deltas,
+            [("答案", Some("先想一想"))],
+            "思考片段不产生 text_delta；之后事件的 partial 带着累积的 thinking"
+        );
+        let (_, message) = state.finish().expect("有 finish chunk 的流必须正常完成");
+        assert_eq!(
+            (message.content.clone(), message.thinking.clone()),
+            (vec![text_block("答案")], Some("先想一想".to_string())),
+            "thinking 单独保存，绝不混进文本"
+        );
+
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![ProviderChunk::Thinking {
+                delta: "只想不说".into(),
+            }],
+        );
+        let failed = state.fail(StopReason::Aborted, "Request was aborted");
+        assert_eq!(
+            failed.thinking.as_deref(),
+            Some("只想不说"),
+            "失败或取消的消息也保留已经收到的 thinking"
+        );
+
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![
+                text_chunk("hi"),
+                ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        let (_, plain) = state.finish().expect("有 finish chunk 的流必须正常完成");
+        assert_eq!(plain.thinking, None, "没有思考片段时 thinking 是 None");
+        let json = serde_json::to_value(&plain).expect("AssistantMessage 必须能序列化");
+        assert_eq!(
+            json.get("thinking"),
+            None,
+            "没有 thinking 的消息，JSON 里不出现 thinking 字段（对话记录与原来逐字节相同）"
         );
     }
 
@@ -1404,6 +1514,47 @@ mod sse {
                 },
             ],
             "推断出的新调用排在见过的最大 index 之后，不会撞上已有的调用"
+        );
+    }
+
+    // Kills: ignoring `reasoning_content` (DeepSeek, Qwen) or `reasoning` (vLLM, OpenRouter),
+    // decoding them as text, and an empty reasoning delta becoming a chunk.
+    #[test]
+    fn reasoning_deltas_become_thinking_chunks() {
+        let chunks = decode_sse(
+            sse_halves(&[
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"想一想"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning":"再想"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning_content":"","content":"答"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            ])
+            .iter()
+            .map(Vec::as_slice),
+        );
+        assert_eq!(
+            chunks,
+            vec![
+                Ok(ProviderChunk::Thinking {
+                    delta: "想一想".into()
+                }),
+                Ok(ProviderChunk::Thinking {
+                    delta: "再想".into()
+                }),
+                Ok(text_chunk("答")),
+                Ok(ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                }),
+            ],
+            "reasoning_content 与 reasoning 都变成 Thinking 片段，不是文本；空串不产出片段"
+        );
+        let error = ChunkDecoder::new()
+            .decode(r#"{"choices":[{"index":0,"delta":{"reasoning_content":7}}]}"#)
+            .expect_err("reasoning_content 不是字符串时拒绝");
+        assert_eq!(
+            error.to_string(),
+            "Invalid provider chunk: choices[0].delta.reasoning_content must be a string",
+            "reasoning_content 出现时必须是字符串"
         );
     }
 

@@ -89,6 +89,11 @@ fn assistant_to_wire(message: &AssistantMessage) -> Value {
         "content": if text.is_empty() { Value::Null } else { Value::String(text) },
     });
     if !calls.is_empty() {
+        // DeepSeek's thinking mode rejects the next request of a tool turn unless the turn's
+        // reasoning comes back with it; other turns never send it.
+        if let Some(thinking) = message.thinking.as_deref().filter(|t| !t.is_empty()) {
+            wire["reasoning_content"] = Value::String(thinking.to_string());
+        }
         wire["tool_calls"] = Value::Array(calls);
     }
     wire
@@ -193,6 +198,10 @@ impl ProviderUsage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderChunk {
     Text {
+        delta: String,
+    },
+    /// A reasoning delta (`reasoning_content` or `reasoning`): kept apart from the text.
+    Thinking {
         delta: String,
     },
     /// `index` is the provider's tool-call index, not a content index.
@@ -313,6 +322,7 @@ pub struct InboundState {
     model: String,
     content: Vec<AssistantContent>,
     text_slot: Option<usize>,
+    thinking: String,
     tools: HashMap<usize, ToolBuffer>,
     finish: Option<(FinishReason, ProviderUsage)>,
 }
@@ -324,6 +334,7 @@ impl InboundState {
             model: model.to_string(),
             content: Vec::new(),
             text_slot: None,
+            thinking: String::new(),
             tools: HashMap::new(),
             finish: None,
         }
@@ -332,6 +343,9 @@ impl InboundState {
     // region: Lab 5.2 answer-only InboundState::message
     fn message(&self, content: Vec<AssistantContent>, stop_reason: StopReason) -> AssistantMessage {
         let mut message = assistant_message(content, stop_reason);
+        if !self.thinking.is_empty() {
+            message.thinking = Some(self.thinking.clone());
+        }
         message.provider = self.provider.clone();
         message.model = self.model.clone();
         message
@@ -370,6 +384,12 @@ impl InboundState {
                     delta,
                     partial: self.partial(),
                 })
+            }
+            ProviderChunk::Thinking { delta } => {
+                // Never mixed into the text. The protocol has no thinking event: the next
+                // event's `partial` (and the final message) carry it.
+                self.thinking.push_str(&delta);
+                None
             }
             ProviderChunk::Tool {
                 index,

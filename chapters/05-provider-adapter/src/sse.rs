@@ -231,6 +231,16 @@ impl ChunkDecoder {
         };
 
         let mut chunks = Vec::new();
+        // DeepSeek and Qwen name it `reasoning_content`, vLLM and OpenRouter `reasoning`.
+        let reasoning = match optional_str(delta, "reasoning_content", "choices[0].delta")? {
+            Some(reasoning) => Some(reasoning),
+            None => optional_str(delta, "reasoning", "choices[0].delta")?,
+        };
+        if let Some(reasoning) = reasoning.filter(|reasoning| !reasoning.is_empty()) {
+            chunks.push(ProviderChunk::Thinking {
+                delta: reasoning.to_string(),
+            });
+        }
         if let Some(content) = optional_str(delta, "content", "choices[0].delta")? {
             if !content.is_empty() {
                 chunks.push(ProviderChunk::Text {

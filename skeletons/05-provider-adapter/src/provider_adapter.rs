@@ -92,6 +92,10 @@ pub enum ProviderChunk {
     Text {
         delta: String,
     },
+    /// A reasoning delta (`reasoning_content` or `reasoning`): kept apart from the text.
+    Thinking {
+        delta: String,
+    },
     /// `index` is the provider's tool-call index, not a content index.
     Tool {
         index: usize,
@@ -197,6 +201,7 @@ pub struct InboundState {
     model: String,
     content: Vec<AssistantContent>,
     text_slot: Option<usize>,
+    thinking: String,
     tools: HashMap<usize, ToolBuffer>,
     finish: Option<(FinishReason, ProviderUsage)>,
 }
@@ -208,6 +213,7 @@ impl InboundState {
             model: model.to_string(),
             content: Vec::new(),
             text_slot: None,
+            thinking: String::new(),
             tools: HashMap::new(),
             finish: None,
         }
