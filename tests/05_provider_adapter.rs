@@ -598,7 +598,8 @@ mod inbound {
         apply_all(
             &mut state,
             vec![
-                tool_chunk(0, Some("call-1"), Some("read"), r#"{"path":"a"#),
+                tool_chunk(0, Some("call-1"), Some("ls"), "{}"),
+                tool_chunk(1, Some("call-2"), Some("read"), r#"{"path":"a"#),
                 ProviderChunk::Finish {
                     reason: FinishReason::Length,
                     usage: ProviderUsage::default(),
@@ -606,7 +607,7 @@ mod inbound {
             ],
         );
         let (ends, message) = state.finish().expect("length 也是正常结束");
-        assert_eq!(ends.len(), 1, "每个调用都有一个 toolcall_end");
+        assert_eq!(ends.len(), 2, "每个调用都有一个 toolcall_end");
         assert_eq!(
             message.stop_reason,
             StopReason::Length,
@@ -614,8 +615,11 @@ mod inbound {
         );
         assert_eq!(
             message.content,
-            vec![raw_call("call-1", "read", r#"{"path":"a"#)],
-            "length 截断的参数必须保留原始文本，arguments 与 rawArguments 都是原始字符串"
+            vec![
+                raw_call("call-1", "ls", "{}"),
+                raw_call("call-2", "read", r#"{"path":"a"#)
+            ],
+            "length 截断的参数必须保留原始文本，arguments 与 rawArguments 都是原始字符串——碰巧能解析的也不解析"
         );
     }
 
