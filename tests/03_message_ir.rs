@@ -47,16 +47,18 @@ fn text_block(value: &str) -> AssistantContent {
     AssistantContent::Text(TextContent { text: value.into() })
 }
 
+/// Built from its JSON rather than a struct literal, so the fixture still compiles in later
+/// chapters, whose `AssistantMessage` has more (optional) fields.
 fn assistant_literal(content: Vec<AssistantContent>, stop_reason: StopReason) -> AssistantMessage {
-    AssistantMessage {
-        content,
-        provider: "test".into(),
-        model: "test-v1".into(),
-        usage: Usage::EMPTY,
-        stop_reason,
-        error_message: None,
-        timestamp: 7,
-    }
+    serde_json::from_value(json!({
+        "content": content,
+        "provider": "test",
+        "model": "test-v1",
+        "usage": Usage::EMPTY,
+        "stopReason": stop_reason,
+        "timestamp": 7,
+    }))
+    .expect("AssistantMessage 必须能从它的 JSON 读回")
 }
 
 fn call(id: &str, name: &str) -> AssistantContent {

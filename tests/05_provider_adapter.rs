@@ -220,6 +220,69 @@ mod outbound {
         assert_eq!(context, before, "出站转换不能修改 canonical transcript");
     }
 
+    // Kills: replaying cut or malformed argument text verbatim (a strict server answers 400
+    // to every later request), sending it as a JSON string instead of `{}`, and replacing
+    // valid raw text that is not an object.
+    #[test]
+    fn arguments_that_are_not_json_go_back_as_an_empty_object() {
+        let assistant = assistant_message(
+            vec![
+                raw_call("call-cut", "read", r#"{"path":"READ"#),
+                raw_call("call-empty", "ls", ""),
+                parsed_call("call-list", "pick", json!([1, 2]), "[1,2]"),
+            ],
+            StopReason::ToolUse,
+        );
+        let wire = to_provider_messages(&context_of(vec![AgentMessage::Assistant(assistant)]));
+        let arguments: Vec<&Value> = (0..3)
+            .map(|i| &wire[0]["tool_calls"][i]["function"]["arguments"])
+            .collect();
+        assert_eq!(
+            arguments,
+            vec![&json!("{}"), &json!("{}"), &json!("[1,2]")],
+            "rawArguments 不是合法 JSON（被截断、被取消、模型写坏）时发送 \"{{}}\"；合法的原文照常原样发回"
+        );
+        for (i, argument) in arguments.iter().enumerate() {
+            let text = argument.as_str().expect("arguments 在 wire 上是字符串");
+            assert!(
+                serde_json::from_str::<Value>(text).is_ok(),
+                "第 {i} 个调用发出去的 arguments 必须是合法 JSON，严格的服务端才会接受：{text}"
+            );
+        }
+    }
+
+    // Kills: dropping a tool turn's reasoning (DeepSeek's thinking mode then rejects the next
+    // request), sending it on turns without calls, and mixing it into `content`.
+    #[test]
+    fn reasoning_goes_back_with_a_tool_turn_only() {
+        let mut tool_turn = assistant_message(
+            vec![
+                text_block("先看看"),
+                parsed_call("call-1", "read", json!({"path": "a"}), r#"{"path":"a"}"#),
+            ],
+            StopReason::ToolUse,
+        );
+        tool_turn.thinking = Some("用户要读 a".into());
+        let mut answer = assistant_message(vec![text_block("好了")], StopReason::Stop);
+        answer.thinking = Some("可以回答了".into());
+        let wire = to_provider_messages(&context_of(vec![
+            AgentMessage::Assistant(tool_turn),
+            AgentMessage::Assistant(answer),
+        ]));
+        assert_eq!(
+            wire[0],
+            json!({"role": "assistant", "content": "先看看", "reasoning_content": "用户要读 a",
+                   "tool_calls": [{"id": "call-1", "type": "function",
+                                   "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}]}),
+            "工具回合的 thinking 作为 reasoning_content 发回，content 里只有文本"
+        );
+        assert_eq!(
+            wire[1],
+            json!({"role": "assistant", "content": "好了"}),
+            "没有调用的回合不发 reasoning_content"
+        );
+    }
+
     // Kills: sending every system message as-is, sending only the first one (patches lost),
     // and sending an empty system prompt.
     #[test]
@@ -535,7 +598,8 @@ mod inbound {
         apply_all(
             &mut state,
             vec![
-                tool_chunk(0, Some("call-1"), Some("read"), r#"{"path":"a"#),
+                tool_chunk(0, Some("call-1"), Some("ls"), "{}"),
+                tool_chunk(1, Some("call-2"), Some("read"), r#"{"path":"a"#),
                 ProviderChunk::Finish {
                     reason: FinishReason::Length,
                     usage: ProviderUsage::default(),
@@ -543,7 +607,7 @@ mod inbound {
             ],
         );
         let (ends, message) = state.finish().expect("length 也是正常结束");
-        assert_eq!(ends.len(), 1, "每个调用都有一个 toolcall_end");
+        assert_eq!(ends.len(), 2, "每个调用都有一个 toolcall_end");
         assert_eq!(
             message.stop_reason,
             StopReason::Length,
@@ -551,35 +615,56 @@ mod inbound {
         );
         assert_eq!(
             message.content,
-            vec![raw_call("call-1", "read", r#"{"path":"a"#)],
-            "length 截断的参数必须保留原始文本，arguments 与 rawArguments 都是原始字符串"
+            vec![
+                raw_call("call-1", "ls", "{}"),
+                raw_call("call-2", "read", r#"{"path":"a"#)
+            ],
+            "length 截断的参数必须保留原始文本，arguments 与 rawArguments 都是原始字符串——碰巧能解析的也不解析"
         );
     }
 
-    // Kills: treating unparsable `tool_calls` arguments as `{}` or as a string, naming the
-    // call by anything but its tool name, and a failure message without the partial.
+    // Kills: ending the turn on unparsable `tool_calls` arguments (the run would stop instead
+    // of telling the model), turning them into `{}` (a guess executed as if the model said
+    // it), losing the raw text, and a `fail` that drops the partial or the given reason.
     #[test]
-    fn incomplete_json_for_tool_calls_is_an_error() {
+    fn unparsable_tool_arguments_stay_raw_and_the_turn_goes_on() {
         let mut state = InboundState::new("fixture", "fixture-1");
         apply_all(
             &mut state,
             vec![
                 text_chunk("看看"),
                 tool_chunk(0, Some("call-1"), Some("read"), r#"{"path":"#),
+                tool_chunk(1, Some("call-2"), Some("ls"), "{}"),
                 ProviderChunk::Finish {
                     reason: FinishReason::ToolCalls,
                     usage: ProviderUsage::default(),
                 },
             ],
         );
-        let error = state
+        let (ends, message) = state
             .finish()
-            .expect_err("tool_calls 的参数必须是完整 JSON");
+            .expect("参数不是合法 JSON 不能结束回合：调用留下来，由工具契约回答它");
         assert_eq!(
-            error, "Tool read arguments 不是完整 JSON",
-            "报错写明是哪个工具：Tool <name> arguments 不是完整 JSON"
+            message.stop_reason,
+            StopReason::ToolUse,
+            "参数坏了的回合仍然是 toolUse 回合"
         );
-        let failed = state.fail(StopReason::Error, &error);
+        assert_eq!(
+            message.content,
+            vec![
+                text_block("看看"),
+                raw_call("call-1", "read", r#"{"path":"#),
+                parsed_call("call-2", "ls", json!({}), "{}"),
+            ],
+            "参数不是合法 JSON 时 arguments 保留原始字符串（rawArguments 同样是原文），合法的调用照常解析"
+        );
+        assert_eq!(
+            ends.len(),
+            2,
+            "每个调用都有一个 toolcall_end，包括参数坏了的那个"
+        );
+
+        let failed = state.fail(StopReason::Error, "boom");
         assert_eq!(
             failed.stop_reason,
             StopReason::Error,
@@ -587,18 +672,164 @@ mod inbound {
         );
         assert_eq!(
             failed.error_message.as_deref(),
-            Some(error.as_str()),
+            Some("boom"),
             "fail 的消息带着给定的 errorMessage"
         );
-        assert_eq!(
-            failed.content,
-            vec![
-                text_block("看看"),
-                raw_call("call-1", "read", r#"{"path":"#)
-            ],
-            "失败时保留 partial 内容"
-        );
+        assert_eq!(failed.content, message.content, "失败时保留 partial 内容");
         assert_eq!(failed.usage, Usage::default(), "失败的消息 usage 为零");
+    }
+
+    // Kills: trusting `finish_reason: stop` over the tool calls that are there (vLLM, SGLang
+    // and older Ollama finish tool turns with `stop`), turning `stop` into a tool turn when
+    // there is no call, and reporting a content-filter stop as a normal answer.
+    #[test]
+    fn tool_calls_decide_the_turn_and_content_filter_is_an_error() {
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![
+                tool_chunk(0, Some("call-1"), Some("read"), r#"{"path":"a.txt"}"#),
+                ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        let (ends, message) = state.finish().expect("stop 加工具调用是正常结束");
+        assert_eq!(ends.len(), 1, "每个调用都有一个 toolcall_end");
+        assert_eq!(
+            message.stop_reason,
+            StopReason::ToolUse,
+            "有工具调用时不管 finish_reason 是不是 stop，这一回合都是 toolUse"
+        );
+        assert_eq!(
+            message.content,
+            vec![parsed_call(
+                "call-1",
+                "read",
+                json!({"path": "a.txt"}),
+                r#"{"path":"a.txt"}"#
+            )],
+            "stop 回合里的调用和 tool_calls 回合一样解析参数"
+        );
+
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![
+                text_chunk("好的"),
+                ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        let (_, message) = state.finish().expect("纯文本 stop 是正常结束");
+        assert_eq!(
+            message.stop_reason,
+            StopReason::Stop,
+            "没有工具调用的 stop 仍然是 stop"
+        );
+
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![
+                text_chunk("前半句"),
+                ProviderChunk::Finish {
+                    reason: FinishReason::ContentFilter,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        assert_eq!(
+            state.finish().expect_err("被内容过滤拦下的回答不能算完成"),
+            "Provider 的内容过滤拦下了这次回答（finish_reason: content_filter）",
+            "content_filter 用一句直白的话报错，而不是“不支持的 finish_reason”"
+        );
+        assert_eq!(
+            FinishReason::ContentFilter.stop_reason(),
+            StopReason::Error,
+            "content_filter 映射为 error"
+        );
+    }
+
+    // Kills: mixing reasoning into the answer's text, dropping it, emitting it as a text
+    // delta, and a `thinking` key in the JSON of a message that has none (chapter 07's
+    // transcript must stay byte for byte the same).
+    #[test]
+    fn thinking_is_kept_apart_from_the_text() {
+        let mut state = InboundState::new("fixture", "fixture-1");
+        let events = apply_all(
+            &mut state,
+            vec![
+                ProviderChunk::Thinking {
+                    delta: "先想".into(),
+                },
+                ProviderChunk::Thinking {
+                    delta: "一想".into(),
+                },
+                text_chunk("答案"),
+                ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        let deltas: Vec<(&str, Option<&str>)> = events
+            .iter()
+            .map(|event| match event {
+                ModelEvent::TextDelta { delta, partial, .. } => {
+                    (delta.as_str(), partial.thinking.as_deref())
+                }
+                other => panic!("思考片段不产生事件，只有文本产生 text_delta，却得到 {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            deltas,
+            [("答案", Some("先想一想"))],
+            "思考片段不产生 text_delta；之后事件的 partial 带着累积的 thinking"
+        );
+        let (_, message) = state.finish().expect("有 finish chunk 的流必须正常完成");
+        assert_eq!(
+            (message.content.clone(), message.thinking.clone()),
+            (vec![text_block("答案")], Some("先想一想".to_string())),
+            "thinking 单独保存，绝不混进文本"
+        );
+
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![ProviderChunk::Thinking {
+                delta: "只想不说".into(),
+            }],
+        );
+        let failed = state.fail(StopReason::Aborted, "Request was aborted");
+        assert_eq!(
+            failed.thinking.as_deref(),
+            Some("只想不说"),
+            "失败或取消的消息也保留已经收到的 thinking"
+        );
+
+        let mut state = InboundState::new("fixture", "fixture-1");
+        apply_all(
+            &mut state,
+            vec![
+                text_chunk("hi"),
+                ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                },
+            ],
+        );
+        let (_, plain) = state.finish().expect("有 finish chunk 的流必须正常完成");
+        assert_eq!(plain.thinking, None, "没有思考片段时 thinking 是 None");
+        let json = serde_json::to_value(&plain).expect("AssistantMessage 必须能序列化");
+        assert_eq!(
+            json.get("thinking"),
+            None,
+            "没有 thinking 的消息，JSON 里不出现 thinking 字段（对话记录与原来逐字节相同）"
+        );
     }
 
     // Kills: inventing a stop reason when the provider never sent one, and a zero total when
@@ -1094,10 +1325,6 @@ mod sse {
             (&["not json"], "data line is not valid JSON"),
             (&["[1]"], "payload must be an object"),
             (
-                &[r#"{"error":{"message":"quota"}}"#],
-                "provider returned an error payload",
-            ),
-            (
                 &[r#"{"choices":"not-an-array"}"#],
                 "choices must be an array",
             ),
@@ -1122,12 +1349,12 @@ mod sse {
             ),
             (
                 &[
-                    r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"c","function":{"name":"ls"}}]}}]}"#,
+                    r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":-1,"id":"c","function":{"name":"ls"}}]}}]}"#,
                 ],
                 "choices[0].delta.tool_calls[0].index must be a non-negative integer",
             ),
             (
-                &[r#"{"choices":[{"index":0,"delta":{},"finish_reason":"content_filter"}]}"#],
+                &[r#"{"choices":[{"index":0,"delta":{},"finish_reason":"eos"}]}"#],
                 "finish_reason is not supported",
             ),
             (
@@ -1186,6 +1413,153 @@ mod sse {
                 "第 {attempt} 次收到同一个 finish_reason 时不能报错：只有变成另一个值才算改变"
             );
         }
+    }
+
+    // Kills: an error payload reported as a malformed chunk (the provider's own message
+    // lost), a bare-string `error` ignored, and `content_filter` refused as unsupported.
+    #[test]
+    fn provider_errors_and_content_filter_keep_their_words() {
+        let cases = [
+            (
+                r#"{"error":{"message":"Rate limit reached for requests","type":"requests"}}"#,
+                "Provider 返回错误：Rate limit reached for requests",
+            ),
+            (
+                r#"{"error":"upstream overloaded"}"#,
+                "Provider 返回错误：upstream overloaded",
+            ),
+            (
+                r#"{"error":{"code":503}}"#,
+                r#"Provider 返回错误：{"code":503}"#,
+            ),
+        ];
+        for (payload, expected) in cases {
+            let error = ChunkDecoder::new()
+                .decode(payload)
+                .expect_err("error payload 必须结束这次流");
+            assert_eq!(
+                error.to_string(),
+                expected,
+                "流里的 error payload 要带出 provider 自己的话（message，或字符串，或整段 JSON）"
+            );
+        }
+
+        let chunks = decode_sse(
+            sse_halves(&[
+                r#"{"choices":[{"index":0,"delta":{"content":"一半"},"finish_reason":"content_filter"}]}"#,
+                "[DONE]",
+            ])
+            .iter()
+            .map(Vec::as_slice),
+        );
+        assert_eq!(
+            chunks,
+            vec![
+                Ok(text_chunk("一半")),
+                Ok(ProviderChunk::Finish {
+                    reason: FinishReason::ContentFilter,
+                    usage: ProviderUsage::default(),
+                }),
+            ],
+            "content_filter 是一个 finish 原因，同一个 chunk 里的文本照常保留"
+        );
+    }
+
+    // Kills: requiring `index` on every tool-call delta (Gemini's compatible endpoint sends
+    // none), giving every index-less delta a new call, and merging two calls with different ids.
+    #[test]
+    fn tool_calls_without_index_are_inferred() {
+        let chunks = decode_sse(
+            sse_halves(&[
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call-a","type":"function","function":{"name":"read","arguments":"{\"path\":"}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"\"a.txt\"}"}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call-b","type":"function","function":{"name":"ls","arguments":"{}"}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call-b","function":{"arguments":""}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            ])
+            .iter()
+            .map(Vec::as_slice),
+        );
+        assert_eq!(
+            chunks,
+            vec![
+                Ok(tool_chunk(0, Some("call-a"), Some("read"), r#"{"path":"#)),
+                Ok(tool_chunk(0, None, None, r#""a.txt"}"#)),
+                Ok(tool_chunk(1, Some("call-b"), Some("ls"), "{}")),
+                Ok(tool_chunk(1, Some("call-b"), None, "")),
+                Ok(ProviderChunk::Finish {
+                    reason: FinishReason::ToolCalls,
+                    usage: ProviderUsage::default(),
+                }),
+            ],
+            "没有 index 时：带新 id 的片段开启下一个调用，没有 id 或 id 相同的片段续写上一个调用"
+        );
+
+        let mut decoder = ChunkDecoder::new();
+        let chunks = decoder
+            .decode(
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":3,"id":"x","function":{"name":"a"}},{"id":"y","function":{"name":"b"}}]}}]}"#,
+            )
+            .expect("混用有 index 和没有 index 的片段也合法");
+        assert_eq!(
+            chunks,
+            vec![
+                ProviderChunk::Tool {
+                    index: 3,
+                    id: Some("x".into()),
+                    name: Some("a".into()),
+                    arguments_delta: None,
+                },
+                ProviderChunk::Tool {
+                    index: 4,
+                    id: Some("y".into()),
+                    name: Some("b".into()),
+                    arguments_delta: None,
+                },
+            ],
+            "推断出的新调用排在见过的最大 index 之后，不会撞上已有的调用"
+        );
+    }
+
+    // Kills: ignoring `reasoning_content` (DeepSeek, Qwen) or `reasoning` (vLLM, OpenRouter),
+    // decoding them as text, and an empty reasoning delta becoming a chunk.
+    #[test]
+    fn reasoning_deltas_become_thinking_chunks() {
+        let chunks = decode_sse(
+            sse_halves(&[
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"想一想"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning":"再想"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning_content":"","content":"答"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            ])
+            .iter()
+            .map(Vec::as_slice),
+        );
+        assert_eq!(
+            chunks,
+            vec![
+                Ok(ProviderChunk::Thinking {
+                    delta: "想一想".into()
+                }),
+                Ok(ProviderChunk::Thinking {
+                    delta: "再想".into()
+                }),
+                Ok(text_chunk("答")),
+                Ok(ProviderChunk::Finish {
+                    reason: FinishReason::Stop,
+                    usage: ProviderUsage::default(),
+                }),
+            ],
+            "reasoning_content 与 reasoning 都变成 Thinking 片段，不是文本；空串不产出片段"
+        );
+        let error = ChunkDecoder::new()
+            .decode(r#"{"choices":[{"index":0,"delta":{"reasoning_content":7}}]}"#)
+            .expect_err("reasoning_content 不是字符串时拒绝");
+        assert_eq!(
+            error.to_string(),
+            "Invalid provider chunk: choices[0].delta.reasoning_content must be a string",
+            "reasoning_content 出现时必须是字符串"
+        );
     }
 
     // Kills: reading on after `[DONE]`, inventing a `Finish` when the provider never sent a

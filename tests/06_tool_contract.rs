@@ -635,6 +635,78 @@ mod executor {
         );
     }
 
+    fn raw_call(id: &str, name: &str, raw: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: Value::String(raw.into()),
+            raw_arguments: Some(raw.into()),
+        }
+    }
+
+    // Kills: letting text that is not JSON reach the schema (the model reads "必须是 string"
+    // and never learns its JSON was broken), quoting nothing or everything, checking it before
+    // the lookup, and refusing an empty text (no arguments at all).
+    #[tokio::test]
+    async fn arguments_that_are_not_json_are_answered_with_what_was_received() {
+        let executions = Arc::new(AtomicUsize::new(0));
+        let registry =
+            ToolRegistry::new(vec![echo(Arc::clone(&executions))]).expect("echo 必须能注册");
+
+        let cut = run(raw_call("j-1", "echo", r#"{"value":"P"#), &registry).await;
+        assert_failure(
+            &cut,
+            "j-1",
+            "echo",
+            r#"参数不是合法的 JSON：收到 {"value":"P"#,
+            "rawArguments 不是合法 JSON 时，失败结果引用收到的原文，模型才能改正它",
+        );
+        let long = "x".repeat(300);
+        let quoted = format!("参数不是合法的 JSON：收到 {}…", "x".repeat(200));
+        let result = run(raw_call("j-2", "echo", &long), &registry).await;
+        assert_failure(
+            &result,
+            "j-2",
+            "echo",
+            &quoted,
+            "原文最多引用 200 个字符，截断时以 … 结尾",
+        );
+        assert_eq!(
+            executions.load(Ordering::SeqCst),
+            0,
+            "参数不是合法 JSON 的调用不会运行工具"
+        );
+
+        let unknown = run(raw_call("j-3", "missing", "{oops"), &registry).await;
+        assert_failure(
+            &unknown,
+            "j-3",
+            "missing",
+            "未知工具",
+            "未知工具先于参数检查：名字不存在时报 未知工具，哪怕参数也坏了",
+        );
+
+        let mut fine = call("j-4", "echo", json!({"value": "Pi"}));
+        fine.raw_arguments = Some(r#"{"value":"Pi"}"#.into());
+        let fine = run(fine, &registry).await;
+        assert!(
+            !fine.is_error,
+            "rawArguments 是合法 JSON 时照常解析并执行：{fine:?}"
+        );
+        let mut empty = call("j-5", "echo", json!({"value": "Pi"}));
+        empty.raw_arguments = Some(String::new());
+        let empty = run(empty, &registry).await;
+        assert!(
+            !empty.is_error,
+            "rawArguments 为空串表示没有参数，不是坏掉的 JSON：{empty:?}"
+        );
+        assert_eq!(
+            executions.load(Ordering::SeqCst),
+            2,
+            "合法的两个调用各运行一次"
+        );
+    }
+
     #[tokio::test]
     async fn a_failing_tool_runs_exactly_once() {
         let executions = Arc::new(AtomicUsize::new(0));

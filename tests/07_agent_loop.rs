@@ -9,6 +9,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use pi_course::agent_loop::*;
+use pi_course::provider_adapter::{
+    ChunkReceiver, ChunkResult, FinishReason, OpenAiCompatibleModel, ProviderChunk,
+    ProviderRequest, ProviderTransport, ProviderUsage, TransportError,
+};
 use pi_course::scripted_model::{tool_call, ScriptedModel, ScriptedTurn};
 use pi_course::tool::*;
 use pi_course::types::*;
@@ -220,6 +224,131 @@ fn skip_sentence(reason: &str) -> &'static str {
     }
 }
 
+/// An OpenAI-compatible server that validates history the way vLLM and several gateways do:
+/// every `arguments` must be JSON and every tool call must be answered by a `tool` message
+/// before anything else. A request that breaks either rule gets an HTTP 400 error; otherwise
+/// the next scripted reply streams (a held reply keeps its stream open, like a model that is
+/// still writing).
+#[derive(Default)]
+struct StrictServer {
+    replies: Mutex<std::collections::VecDeque<(Vec<ProviderChunk>, bool)>>,
+    requests: Mutex<Vec<ProviderRequest>>,
+    held: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<ChunkResult>>>,
+}
+
+impl StrictServer {
+    fn new(replies: Vec<(Vec<ProviderChunk>, bool)>) -> Arc<StrictServer> {
+        Arc::new(StrictServer {
+            replies: Mutex::new(replies.into()),
+            ..StrictServer::default()
+        })
+    }
+
+    fn requests(&self) -> Vec<ProviderRequest> {
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn refusal(messages: &[Value]) -> Option<String> {
+        let mut unanswered: Vec<String> = Vec::new();
+        for message in messages {
+            let role = message["role"].as_str().unwrap_or_default();
+            if role == "tool" {
+                let id = message["tool_call_id"].as_str().unwrap_or_default();
+                unanswered.retain(|open| open != id);
+                continue;
+            }
+            if let Some(open) = unanswered.first() {
+                return Some(format!("tool call {open} has no tool message"));
+            }
+            for call in message["tool_calls"].as_array().into_iter().flatten() {
+                let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+                if serde_json::from_str::<Value>(arguments).is_err() {
+                    return Some(format!("arguments are not valid JSON: {arguments}"));
+                }
+                unanswered.push(call["id"].as_str().unwrap_or_default().to_string());
+            }
+        }
+        unanswered
+            .first()
+            .map(|open| format!("tool call {open} has no tool message"))
+    }
+}
+
+impl ProviderTransport for StrictServer {
+    fn stream(
+        &self,
+        request: ProviderRequest,
+        _cancel: tokio_util::sync::CancellationToken,
+    ) -> ChunkReceiver {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let refusal = StrictServer::refusal(&request.messages);
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request);
+        if let Some(reason) = refusal {
+            let _ = sender.send(Err(TransportError::new(format!("HTTP 400：{reason}"))));
+            return receiver;
+        }
+        let (chunks, hold) = self
+            .replies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
+            .unwrap_or_else(|| panic!("测试脚本的回答用完了：循环多请求了一次模型"));
+        for chunk in chunks {
+            let _ = sender.send(Ok(chunk));
+        }
+        if hold {
+            self.held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(sender);
+        }
+        receiver
+    }
+}
+
+fn provider_tool(id: &str, name: &str, arguments: &str) -> ProviderChunk {
+    ProviderChunk::Tool {
+        index: 0,
+        id: Some(id.into()),
+        name: Some(name.into()),
+        arguments_delta: Some(arguments.into()),
+    }
+}
+
+fn provider_finish(reason: FinishReason) -> ProviderChunk {
+    ProviderChunk::Finish {
+        reason,
+        usage: ProviderUsage::default(),
+    }
+}
+
+fn provider_text(delta: &str) -> ProviderChunk {
+    ProviderChunk::Text {
+        delta: delta.into(),
+    }
+}
+
+/// Runs the loop over the strict server with the OpenAI-compatible adapter of chapter 05.
+async fn run_strict(
+    server: &Arc<StrictServer>,
+    tools: ToolRegistry,
+    input: AgentContext,
+    setup: impl FnOnce(&mut AgentLoopOptions),
+) -> AgentRunResult {
+    let model = OpenAiCompatibleModel::new("strict", "strict-1", server.clone());
+    let mut options = AgentLoopOptions::new(Arc::new(model), tools, input);
+    setup(&mut options);
+    tokio::time::timeout(Duration::from_secs(1), run_agent_loop(options))
+        .await
+        .expect("1 秒内循环没有结束")
+}
+
 mod model_turn {
     use super::*;
 
@@ -401,6 +530,62 @@ mod single_tool {
         );
     }
 
+    // Kills: ending the run when the model's arguments are not JSON (chapter 05 keeps the
+    // call), executing such a call, leaving it without a result, and replaying the broken text
+    // to a server that validates history.
+    #[tokio::test]
+    async fn arguments_that_are_not_json_are_answered_and_the_loop_goes_on() {
+        let executions = Arc::new(AtomicUsize::new(0));
+        let server = StrictServer::new(vec![
+            (
+                vec![
+                    provider_tool("bad-1", "echo", r#"{"value":"P"#),
+                    provider_finish(FinishReason::ToolCalls),
+                ],
+                false,
+            ),
+            (
+                vec![
+                    provider_text("我重写参数"),
+                    provider_finish(FinishReason::Stop),
+                ],
+                false,
+            ),
+        ]);
+        let result = run_strict(
+            &server,
+            registry(vec![echo(Arc::clone(&executions))]),
+            context(vec![user("go")]),
+            |_| {},
+        )
+        .await;
+        assert_eq!(
+            executions.load(Ordering::SeqCst),
+            0,
+            "参数不是合法 JSON 的调用不能执行"
+        );
+        assert_eq!(
+            summary(&results(&result.messages)),
+            [(
+                "bad-1".into(),
+                "echo".into(),
+                r#"Tool echo failed: 参数不是合法的 JSON：收到 {"value":"P"#.into()
+            )],
+            "坏参数的调用得到一条配对的错误结果，引用收到的原文"
+        );
+        assert_eq!(
+            (result.reason, result.steps),
+            (RunReason::Stop, 2),
+            "坏参数不结束运行：错误结果交还给模型，循环继续，第二回合正常 stop"
+        );
+        let requests = server.requests();
+        assert_eq!(
+            requests[1].messages[1]["tool_calls"][0]["function"]["arguments"],
+            json!("{}"),
+            "下一次请求里坏掉的 arguments 发成 \"{{}}\"，严格的服务端才会接受"
+        );
+    }
+
     #[tokio::test]
     async fn a_call_to_an_unknown_tool_still_gets_its_paired_result() {
         let executions = Arc::new(AtomicUsize::new(0));
@@ -536,6 +721,81 @@ mod non_executing {
                 "ToolSkipped 携带的正是写进 transcript 的那条结果"
             );
         }
+    }
+
+    // Kills: storing an aborted turn's half-streamed calls without results, and replaying
+    // their cut arguments: a server that validates history (vLLM, Kimi, several gateways) then
+    // answers 400 to every later request of the session.
+    #[tokio::test]
+    async fn a_turn_cancelled_while_arguments_stream_is_replayed_safely() {
+        let executions = Arc::new(AtomicUsize::new(0));
+        let server = StrictServer::new(vec![
+            (
+                vec![
+                    provider_text("先读"),
+                    provider_tool("cut-1", "echo", r#"{"value":"RE"#),
+                ],
+                true,
+            ),
+            (
+                vec![provider_text("好的"), provider_finish(FinishReason::Stop)],
+                false,
+            ),
+        ]);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let trigger = cancel.clone();
+        let first = run_strict(
+            &server,
+            registry(vec![echo(Arc::clone(&executions))]),
+            context(vec![user("读文件")]),
+            move |options| {
+                options.cancel = trigger.clone();
+                // Ctrl-C while the arguments stream: cancel on the first tool-call delta.
+                options.on_event = Some(Arc::new(move |event| {
+                    if let LoopEvent::Model(ModelEvent::ToolcallDelta { .. }) = event {
+                        trigger.cancel();
+                    }
+                }));
+            },
+        )
+        .await;
+        assert!(cancel.is_cancelled(), "测试脚本应当在参数流到一半时取消");
+        assert_eq!(
+            first.reason,
+            RunReason::Aborted,
+            "参数流到一半时取消：Aborted"
+        );
+        assert_eq!(
+            summary(&results(&first.messages)),
+            [(
+                "cut-1".into(),
+                "echo".into(),
+                skip_sentence("aborted").into()
+            )],
+            "被取消的回合里流了一半的调用也得到一条跳过结果"
+        );
+
+        let mut next = first.messages.clone();
+        next.push(user("换个文件"));
+        let second = run_strict(
+            &server,
+            registry(vec![echo(Arc::clone(&executions))]),
+            context(next),
+            |_| {},
+        )
+        .await;
+        let requests = server.requests();
+        assert_eq!(
+            requests[1].messages[1]["tool_calls"][0]["function"]["arguments"],
+            json!("{}"),
+            "取消后重放的请求里，被截断的 arguments 发成 \"{{}}\"，不是半截原文"
+        );
+        assert_eq!(
+            (second.reason, second.steps),
+            (RunReason::Stop, 1),
+            "取消之后的下一个任务，严格的服务端照常接受：每个调用后面都有结果，每个 arguments 都是 JSON"
+        );
+        assert_eq!(executions.load(Ordering::SeqCst), 0, "被取消的调用没有执行");
     }
 
     #[tokio::test]

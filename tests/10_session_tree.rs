@@ -52,6 +52,7 @@ fn tool_turn() -> (AgentMessage, AgentMessage) {
                 raw_arguments: Some("{\"path\":\"src/main.rs\",\"limit\":20}".into()),
             }),
         ],
+        thinking: None,
         provider: "openai".into(),
         model: "gpt-test".into(),
         usage: Usage {

@@ -46,6 +46,7 @@ fn assistant(text: &str, calls: &[&str]) -> AgentMessage {
     }));
     AgentMessage::Assistant(AssistantMessage {
         content,
+        thinking: None,
         provider: "openai".into(),
         model: "gpt-test".into(),
         usage: Usage::EMPTY,

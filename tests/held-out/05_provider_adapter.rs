@@ -180,6 +180,80 @@ async fn pre_cancelled_request_over_sse_is_aborted() {
     .expect("1 秒内没有等到终态事件");
 }
 
+#[tokio::test]
+async fn gemini_style_calls_without_index_ending_in_stop_are_a_tool_turn() {
+    tokio::time::timeout(Duration::from_secs(1), async {
+        let transport = Arc::new(SseTransport::new(sse(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"id":"g-1","type":"function","function":{"name":"read","arguments":"{\"path\":\"a\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"g-2","type":"function","function":{"name":"read","arguments":"{\"path\":\"b\"}"}}]},"finish_reason":"stop"}]}"#,
+        ])));
+        let model = OpenAiCompatibleModel::new("p", "m", transport);
+        let mut context = AgentContext::default();
+        context.messages.push(user_message("q"));
+        let result = model
+            .stream(&context, StreamOptions::default())
+            .result()
+            .await;
+        assert_eq!(
+            result.stop_reason,
+            StopReason::ToolUse,
+            "没有 index、以 stop 结束的两个调用仍是一个 toolUse 回合"
+        );
+        let ids: Vec<(&str, serde_json::Value)> = result
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                AssistantContent::ToolCall(call) => Some((call.id.as_str(), call.arguments.clone())),
+                AssistantContent::Text(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            vec![("g-1", json!({"path": "a"})), ("g-2", json!({"path": "b"}))],
+            "两个不同 id 的调用各自成块，参数不会拼在一起"
+        );
+    })
+    .await
+    .expect("1 秒内没有等到终态事件");
+}
+
+#[tokio::test]
+async fn a_deepseek_tool_turn_keeps_its_reasoning_for_the_next_request() {
+    tokio::time::timeout(Duration::from_secs(1), async {
+        let transport = Arc::new(SseTransport::new(sse(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning_content":"需要"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"读文件"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"d-1","type":"function","function":{"name":"read","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+        ])));
+        let model = OpenAiCompatibleModel::new("p", "m", transport);
+        let mut context = AgentContext::default();
+        context.messages.push(user_message("q"));
+        let result = model
+            .stream(&context, StreamOptions::default())
+            .result()
+            .await;
+        assert_eq!(
+            result.thinking.as_deref(),
+            Some("需要读文件"),
+            "跨 payload 的 reasoning_content 累积成一段 thinking"
+        );
+        context.messages.push(AgentMessage::Assistant(result));
+        let wire = to_provider_messages(&context);
+        assert_eq!(
+            wire[1]["reasoning_content"],
+            json!("需要读文件"),
+            "下一次请求里，这个工具回合带着自己的 reasoning_content"
+        );
+        assert_eq!(
+            wire[1]["content"],
+            serde_json::Value::Null,
+            "思考不进 content：没有文本时 content 仍是 null"
+        );
+    })
+    .await
+    .expect("1 秒内没有等到终态事件");
+}
+
 mod http_labs {
     use super::*;
     use pi_course::http_transport::{

@@ -131,3 +131,29 @@ async fn the_call_id_comes_from_the_call_even_with_a_shared_context() {
         );
     }
 }
+
+#[tokio::test]
+async fn broken_json_is_quoted_by_characters_not_bytes() {
+    let raw = format!("{{\"pattern\":\"{}", "搜".repeat(250));
+    let broken = ToolCall {
+        id: "q-9".into(),
+        name: "grep".into(),
+        arguments: Value::String(raw.clone()),
+        raw_arguments: Some(raw.clone()),
+    };
+    let quoted: String = raw.chars().take(200).collect();
+    assert_eq!(
+        first_text(&run(&broken).await),
+        format!("Tool grep failed: 参数不是合法的 JSON：收到 {quoted}…"),
+        "引用按字符截断（不在汉字中间切开），截断时以 … 结尾"
+    );
+    let whitespace = ToolCall {
+        raw_arguments: Some("  ".into()),
+        ..call("q-10", "grep", json!({"pattern": "x"}))
+    };
+    assert_eq!(
+        first_text(&run(&whitespace).await),
+        "q-10:x:",
+        "只有空白的 rawArguments 也表示没有参数，不是坏掉的 JSON"
+    );
+}

@@ -35,6 +35,7 @@ fn calls(ids: &[&str]) -> AgentMessage {
                 })
             })
             .collect(),
+        thinking: None,
         provider: "p".into(),
         model: "m".into(),
         usage: Usage::EMPTY,

@@ -24,6 +24,9 @@ use crate::types::{
 pub const REQUEST_ABORTED: &str = "Request was aborted";
 /// Error text of a stream that ended without telling us why it stopped.
 pub const MISSING_FINISH: &str = "Provider stream ended without a finish chunk";
+/// Error text of a turn the provider's content filter stopped (`finish_reason: content_filter`).
+pub const CONTENT_FILTERED: &str =
+    "Provider 的内容过滤拦下了这次回答（finish_reason: content_filter）";
 
 // ---------------------------------------------------------------- outbound (Lab 5.1)
 
@@ -86,6 +89,11 @@ fn assistant_to_wire(message: &AssistantMessage) -> Value {
         "content": if text.is_empty() { Value::Null } else { Value::String(text) },
     });
     if !calls.is_empty() {
+        // DeepSeek's thinking mode rejects the next request of a tool turn unless the turn's
+        // reasoning comes back with it; other turns never send it.
+        if let Some(thinking) = message.thinking.as_deref().filter(|t| !t.is_empty()) {
+            wire["reasoning_content"] = Value::String(thinking.to_string());
+        }
         wire["tool_calls"] = Value::Array(calls);
     }
     wire
@@ -93,11 +101,14 @@ fn assistant_to_wire(message: &AssistantMessage) -> Value {
 // endregion
 
 // region: Lab 5.1 answer-only wire_arguments
-/// The provider's own text wins: re-serialising could change what the model said.
+/// The provider's own text wins: re-serialising could change what the model said. Text that is
+/// not JSON (cut by `length` or an abort, or malformed by the model) never goes back: strict
+/// servers (vLLM, several gateways) answer 400 to the whole request. `{}` goes instead; the
+/// paired tool result already quotes what was received.
 fn wire_arguments(call: &ToolCall) -> String {
     match (&call.raw_arguments, &call.arguments) {
-        (Some(raw), _) => raw.clone(),
-        (None, Value::Null) => "{}".to_string(),
+        (Some(raw), _) if serde_json::from_str::<Value>(raw).is_ok() => raw.clone(),
+        (Some(_), _) | (None, Value::Null) => "{}".to_string(),
         (None, arguments) => arguments.to_string(),
     }
 }
@@ -143,6 +154,8 @@ pub enum FinishReason {
     Stop,
     Length,
     ToolCalls,
+    /// The provider's content filter cut the answer (`content_filter`).
+    ContentFilter,
 }
 
 impl FinishReason {
@@ -152,6 +165,8 @@ impl FinishReason {
             FinishReason::Stop => StopReason::Stop,
             FinishReason::Length => StopReason::Length,
             FinishReason::ToolCalls => StopReason::ToolUse,
+            // Not an answer: the turn ends in error, with `CONTENT_FILTERED` as its message.
+            FinishReason::ContentFilter => StopReason::Error,
         }
         // endregion
     }
@@ -183,6 +198,10 @@ impl ProviderUsage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderChunk {
     Text {
+        delta: String,
+    },
+    /// A reasoning delta (`reasoning_content` or `reasoning`): kept apart from the text.
+    Thinking {
         delta: String,
     },
     /// `index` is the provider's tool-call index, not a content index.
@@ -303,6 +322,7 @@ pub struct InboundState {
     model: String,
     content: Vec<AssistantContent>,
     text_slot: Option<usize>,
+    thinking: String,
     tools: HashMap<usize, ToolBuffer>,
     finish: Option<(FinishReason, ProviderUsage)>,
 }
@@ -314,6 +334,7 @@ impl InboundState {
             model: model.to_string(),
             content: Vec::new(),
             text_slot: None,
+            thinking: String::new(),
             tools: HashMap::new(),
             finish: None,
         }
@@ -322,6 +343,9 @@ impl InboundState {
     // region: Lab 5.2 answer-only InboundState::message
     fn message(&self, content: Vec<AssistantContent>, stop_reason: StopReason) -> AssistantMessage {
         let mut message = assistant_message(content, stop_reason);
+        if !self.thinking.is_empty() {
+            message.thinking = Some(self.thinking.clone());
+        }
         message.provider = self.provider.clone();
         message.model = self.model.clone();
         message
@@ -360,6 +384,12 @@ impl InboundState {
                     delta,
                     partial: self.partial(),
                 })
+            }
+            ProviderChunk::Thinking { delta } => {
+                // Never mixed into the text. The protocol has no thinking event: the next
+                // event's `partial` (and the final message) carry it.
+                self.thinking.push_str(&delta);
+                None
             }
             ProviderChunk::Tool {
                 index,
@@ -410,28 +440,32 @@ impl InboundState {
         let Some((reason, usage)) = self.finish else {
             return Err(MISSING_FINISH.to_string());
         };
-        let stop_reason = reason.stop_reason();
+        if reason == FinishReason::ContentFilter {
+            return Err(CONTENT_FILTERED.to_string());
+        }
+        // Tool calls run whenever they are present: vLLM, SGLang, older Ollama (and OpenAI at
+        // times) finish a tool turn with `stop`.
+        let stop_reason = match reason {
+            FinishReason::Stop if !self.tools.is_empty() => StopReason::ToolUse,
+            reason => reason.stop_reason(),
+        };
         let mut buffers: Vec<ToolBuffer> = self.tools.values().cloned().collect();
         buffers.sort_by_key(|buffer| buffer.content_index);
 
         let mut events = Vec::new();
         for buffer in buffers {
-            // Only a finished `tool_calls` turn promises complete JSON; a `length` cut keeps
-            // the truncated text so nothing downstream mistakes it for real arguments.
+            // Only a tool turn's arguments are parsed; a `length` cut keeps the truncated text
+            // so nothing downstream mistakes it for real arguments. Text that does not parse
+            // stays the raw string too: the turn goes on, and the tool contract answers the
+            // call with an error that quotes it (chapter 06).
             let arguments = if stop_reason == StopReason::ToolUse {
                 let text = if buffer.arguments_text.is_empty() {
                     "{}"
                 } else {
                     buffer.arguments_text.as_str()
                 };
-                serde_json::from_str(text).map_err(|_| {
-                    let label = if buffer.name.is_empty() {
-                        buffer.content_index.to_string()
-                    } else {
-                        buffer.name.clone()
-                    };
-                    format!("Tool {label} arguments 不是完整 JSON")
-                })?
+                serde_json::from_str(text)
+                    .unwrap_or_else(|_| Value::String(buffer.arguments_text.clone()))
             } else {
                 Value::String(buffer.arguments_text.clone())
             };

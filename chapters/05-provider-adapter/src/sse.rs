@@ -22,6 +22,24 @@ fn invalid(detail: impl AsRef<str>) -> TransportError {
 }
 // endregion
 
+/// Prefix of an error the provider reported in the stream itself (`{"error":{…}}`).
+pub const PROVIDER_ERROR: &str = "Provider 返回错误：";
+
+// region: Lab 5.4 answer-only provider_error
+/// The provider's own message: `error.message`, a bare string, or the whole value as JSON.
+fn provider_error(error: &Value) -> TransportError {
+    let message = match error {
+        Value::String(message) => message.clone(),
+        Value::Object(fields) => match fields.get("message") {
+            Some(Value::String(message)) => message.clone(),
+            _ => error.to_string(),
+        },
+        other => other.to_string(),
+    };
+    TransportError::new(format!("{PROVIDER_ERROR}{message}"))
+}
+// endregion
+
 // ---------------------------------------------------------------- framing (Lab 5.4)
 
 /// Splits a byte stream into SSE event payloads (the joined `data:` lines of each event).
@@ -130,6 +148,10 @@ pub struct ChunkDecoder {
     finish_reason: Option<FinishReason>,
     usage: ProviderUsage,
     done: bool,
+    /// The tool call the last tool delta went to: its index and id (if one was seen).
+    last_tool: Option<(usize, Option<String>)>,
+    /// One past the highest tool-call index seen: where a call without `index` opens.
+    next_tool: usize,
 }
 
 impl ChunkDecoder {
@@ -153,8 +175,9 @@ impl ChunkDecoder {
         let Value::Object(object) = value else {
             return Err(invalid("payload must be an object"));
         };
-        if object.contains_key("error") {
-            return Err(invalid("provider returned an error payload"));
+        if let Some(error) = object.get("error") {
+            // The provider's own words, not a validation complaint about the payload's shape.
+            return Err(provider_error(error));
         }
         let has_usage = self.merge_usage(&object)?;
         let Some(Value::Array(choices)) = object.get("choices") else {
@@ -208,6 +231,16 @@ impl ChunkDecoder {
         };
 
         let mut chunks = Vec::new();
+        // DeepSeek and Qwen name it `reasoning_content`, vLLM and OpenRouter `reasoning`.
+        let reasoning = match optional_str(delta, "reasoning_content", "choices[0].delta")? {
+            Some(reasoning) => Some(reasoning),
+            None => optional_str(delta, "reasoning", "choices[0].delta")?,
+        };
+        if let Some(reasoning) = reasoning.filter(|reasoning| !reasoning.is_empty()) {
+            chunks.push(ProviderChunk::Thinking {
+                delta: reasoning.to_string(),
+            });
+        }
         if let Some(content) = optional_str(delta, "content", "choices[0].delta")? {
             if !content.is_empty() {
                 chunks.push(ProviderChunk::Text {
@@ -219,10 +252,8 @@ impl ChunkDecoder {
             None | Some(Value::Null) => {}
             Some(Value::Array(calls)) => {
                 for (i, call) in calls.iter().enumerate() {
-                    chunks.push(tool_chunk(
-                        call,
-                        &format!("choices[0].delta.tool_calls[{i}]"),
-                    )?);
+                    chunks
+                        .push(self.tool_chunk(call, &format!("choices[0].delta.tool_calls[{i}]"))?);
                 }
             }
             Some(_) => return Err(invalid("choices[0].delta.tool_calls must be an array")),
@@ -240,6 +271,7 @@ impl ChunkDecoder {
                 "stop" => FinishReason::Stop,
                 "length" => FinishReason::Length,
                 "tool_calls" => FinishReason::ToolCalls,
+                "content_filter" => FinishReason::ContentFilter,
                 _ => return Err(invalid("finish_reason is not supported")),
             };
             match self.finish_reason {
@@ -252,45 +284,69 @@ impl ChunkDecoder {
         Ok(chunks)
     }
     // endregion
-}
 
-// region: Lab 5.4 answer-only tool_chunk
-fn tool_chunk(call: &Value, path: &str) -> Result<ProviderChunk, TransportError> {
-    let Value::Object(call) = call else {
-        return Err(invalid(format!("{path} must be an object")));
-    };
-    let index = call
-        .get("index")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| invalid(format!("{path}.index must be a non-negative integer")))?;
-    match call.get("type") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(kind)) if kind == "function" => {}
-        Some(_) => return Err(invalid(format!("{path}.type must be function"))),
-    }
-    let id = optional_str(call, "id", path)?;
-    let (name, arguments) = match call.get("function") {
-        None | Some(Value::Null) => (None, None),
-        Some(Value::Object(function)) => {
-            let function_path = format!("{path}.function");
-            (
-                optional_str(function, "name", &function_path)?,
-                optional_str(function, "arguments", &function_path)?,
-            )
+    // region: Lab 5.4 answer-only ChunkDecoder::tool_chunk
+    fn tool_chunk(&mut self, call: &Value, path: &str) -> Result<ProviderChunk, TransportError> {
+        let Value::Object(call) = call else {
+            return Err(invalid(format!("{path} must be an object")));
+        };
+        let index = match call.get("index") {
+            None | Some(Value::Null) => None,
+            Some(index) => {
+                let index = index.as_u64().ok_or_else(|| {
+                    invalid(format!("{path}.index must be a non-negative integer"))
+                })?;
+                Some(index as usize)
+            }
+        };
+        match call.get("type") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(kind)) if kind == "function" => {}
+            Some(_) => return Err(invalid(format!("{path}.type must be function"))),
         }
-        Some(_) => return Err(invalid(format!("{path}.function must be an object"))),
-    };
-    if id.is_none() && name.is_none() && arguments.is_none() {
-        return Err(invalid(format!("{path} has no tool-call delta")));
+        let id = optional_str(call, "id", path)?;
+        let (name, arguments) = match call.get("function") {
+            None | Some(Value::Null) => (None, None),
+            Some(Value::Object(function)) => {
+                let function_path = format!("{path}.function");
+                (
+                    optional_str(function, "name", &function_path)?,
+                    optional_str(function, "arguments", &function_path)?,
+                )
+            }
+            Some(_) => return Err(invalid(format!("{path}.function must be an object"))),
+        };
+        if id.is_none() && name.is_none() && arguments.is_none() {
+            return Err(invalid(format!("{path} has no tool-call delta")));
+        }
+        let index = index.unwrap_or_else(|| self.infer_tool_index(id));
+        let known_id = match &self.last_tool {
+            Some((last, last_id)) if *last == index => last_id.clone(),
+            _ => None,
+        };
+        self.last_tool = Some((index, id.map(str::to_string).or(known_id)));
+        self.next_tool = self.next_tool.max(index + 1);
+        Ok(ProviderChunk::Tool {
+            index,
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            arguments_delta: arguments.map(str::to_string),
+        })
     }
-    Ok(ProviderChunk::Tool {
-        index: index as usize,
-        id: id.map(str::to_string),
-        name: name.map(str::to_string),
-        arguments_delta: arguments.map(str::to_string),
-    })
+    // endregion
+
+    // region: Lab 5.4 answer-only ChunkDecoder::infer_tool_index
+    /// Some providers (Gemini's compatible endpoint) omit `index`: a delta with a new `id`
+    /// opens the next call, a delta without one (or with the same id) continues the last.
+    fn infer_tool_index(&self, id: Option<&str>) -> usize {
+        match (&self.last_tool, id) {
+            (Some((last, _)), None) => *last,
+            (Some((last, Some(last_id))), Some(id)) if last_id == id => *last,
+            _ => self.next_tool,
+        }
+    }
+    // endregion
 }
-// endregion
 
 /// Runs recorded response bytes through framing and validation, exactly as a live
 /// transport would: stops at `[DONE]` or at the first error, and appends the `Finish`

@@ -74,6 +74,11 @@ pub struct UserMessage {
 #[serde(rename_all = "camelCase")]
 pub struct AssistantMessage {
     pub content: Vec<AssistantContent>,
+    /// What a reasoning model thought before it answered (`reasoning_content` or `reasoning`
+    /// on the wire). Never part of the text; omitted from JSON when there is none, so a
+    /// transcript without thinking is byte for byte what it was before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
     pub provider: String,
     pub model: String,
     pub usage: Usage,
@@ -223,6 +228,7 @@ pub fn assistant_message(
 ) -> AssistantMessage {
     AssistantMessage {
         content,
+        thinking: None,
         provider: "scripted".into(),
         model: "scripted-v1".into(),
         usage: Usage::EMPTY,

@@ -518,6 +518,11 @@ impl ToolRegistry {
 // ---------------------------------------------------------------------------------------
 
 pub const UNKNOWN_TOOL: &str = "未知工具";
+/// Prefix of the failure for arguments the provider sent as text that is not JSON; the text
+/// follows, so the model sees what it wrote and can fix it.
+pub const ARGUMENTS_NOT_JSON: &str = "参数不是合法的 JSON：收到 ";
+/// At most this many characters of such text are quoted; a cut quote ends with `…`.
+pub const QUOTED_ARGUMENTS_CHARS: usize = 200;
 
 /// lookup → parse → execute → normalise. Never fails: every path returns a result paired with
 /// the call's id and name.
@@ -531,7 +536,11 @@ pub async fn execute_tool_call(
     let Some(tool) = registry.get(&call.name) else {
         return failed_result(call, UNKNOWN_TOOL);
     };
-    // 2. parse: invalid arguments never reach execute.
+    // 2. parse: text that is not JSON is answered with what was received; invalid arguments
+    // never reach execute.
+    if let Some(received) = unparsable_arguments(call) {
+        return failed_result(call, &format!("{ARGUMENTS_NOT_JSON}{received}"));
+    }
     let prepared = match tool.prepare(&call.arguments) {
         Ok(prepared) => prepared,
         Err(error) => return failed_result(call, &error.to_string()),
@@ -557,6 +566,22 @@ pub async fn execute_tool_call(
     }
     // endregion
 }
+
+// region: Lab 6.3 answer-only unparsable_arguments
+/// The provider's argument text, quoted (cut to `QUOTED_ARGUMENTS_CHARS`), when it is not
+/// JSON. An empty text means "no arguments" and is not an error.
+fn unparsable_arguments(call: &ToolCall) -> Option<String> {
+    let raw = call.raw_arguments.as_deref()?;
+    if raw.trim().is_empty() || serde_json::from_str::<Value>(raw).is_ok() {
+        return None;
+    }
+    let mut quoted: String = raw.chars().take(QUOTED_ARGUMENTS_CHARS).collect();
+    if raw.chars().count() > QUOTED_ARGUMENTS_CHARS {
+        quoted.push('…');
+    }
+    Some(quoted)
+}
+// endregion
 
 // region: Lab 6.3 answer-only failed_result
 /// The single shape of every foreseeable failure.

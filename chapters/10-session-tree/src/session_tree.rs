@@ -229,6 +229,7 @@ fn parse_message(value: &Value, path: &str) -> Result<AgentMessage, EntryError> 
             message.only(&[
                 "role",
                 "content",
+                "thinking",
                 "provider",
                 "model",
                 "usage",
@@ -238,6 +239,7 @@ fn parse_message(value: &Value, path: &str) -> Result<AgentMessage, EntryError> 
             ])?;
             AgentMessage::Assistant(AssistantMessage {
                 content: message.assistant_content("content")?,
+                thinking: message.absent_or(|m| m.string("thinking"), "thinking")?,
                 provider: message.string("provider")?,
                 model: message.string("model")?,
                 usage: message.usage("usage")?,

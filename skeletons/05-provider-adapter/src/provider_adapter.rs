@@ -29,6 +29,9 @@ use crate::types::{
 pub const REQUEST_ABORTED: &str = "Request was aborted";
 /// Error text of a stream that ended without telling us why it stopped.
 pub const MISSING_FINISH: &str = "Provider stream ended without a finish chunk";
+/// Error text of a turn the provider's content filter stopped (`finish_reason: content_filter`).
+pub const CONTENT_FILTERED: &str =
+    "Provider 的内容过滤拦下了这次回答（finish_reason: content_filter）";
 
 // ---------------------------------------------------------------- outbound (Lab 5.1)
 
@@ -59,6 +62,8 @@ pub enum FinishReason {
     Stop,
     Length,
     ToolCalls,
+    /// The provider's content filter cut the answer (`content_filter`).
+    ContentFilter,
 }
 
 impl FinishReason {
@@ -85,6 +90,10 @@ impl ProviderUsage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderChunk {
     Text {
+        delta: String,
+    },
+    /// A reasoning delta (`reasoning_content` or `reasoning`): kept apart from the text.
+    Thinking {
         delta: String,
     },
     /// `index` is the provider's tool-call index, not a content index.
@@ -192,6 +201,7 @@ pub struct InboundState {
     model: String,
     content: Vec<AssistantContent>,
     text_slot: Option<usize>,
+    thinking: String,
     tools: HashMap<usize, ToolBuffer>,
     finish: Option<(FinishReason, ProviderUsage)>,
 }
@@ -203,6 +213,7 @@ impl InboundState {
             model: model.to_string(),
             content: Vec::new(),
             text_slot: None,
+            thinking: String::new(),
             tools: HashMap::new(),
             finish: None,
         }

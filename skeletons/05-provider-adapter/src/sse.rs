@@ -21,6 +21,9 @@ use crate::provider_adapter::{
 /// Prefix of every wire-validation error.
 pub const INVALID_CHUNK: &str = "Invalid provider chunk: ";
 
+/// Prefix of an error the provider reported in the stream itself (`{"error":{…}}`).
+pub const PROVIDER_ERROR: &str = "Provider 返回错误：";
+
 // ---------------------------------------------------------------- framing (Lab 5.4)
 
 /// Splits a byte stream into SSE event payloads (the joined `data:` lines of each event).
@@ -57,6 +60,10 @@ pub struct ChunkDecoder {
     finish_reason: Option<FinishReason>,
     usage: ProviderUsage,
     done: bool,
+    /// The tool call the last tool delta went to: its index and id (if one was seen).
+    last_tool: Option<(usize, Option<String>)>,
+    /// One past the highest tool-call index seen: where a call without `index` opens.
+    next_tool: usize,
 }
 
 impl ChunkDecoder {

@@ -441,6 +441,11 @@ impl ToolRegistry {
 // ---------------------------------------------------------------------------------------
 
 pub const UNKNOWN_TOOL: &str = "未知工具";
+/// Prefix of the failure for arguments the provider sent as text that is not JSON; the text
+/// follows, so the model sees what it wrote and can fix it.
+pub const ARGUMENTS_NOT_JSON: &str = "参数不是合法的 JSON：收到 ";
+/// At most this many characters of such text are quoted; a cut quote ends with `…`.
+pub const QUOTED_ARGUMENTS_CHARS: usize = 200;
 
 /// lookup → parse → execute → normalise. Never fails: every path returns a result paired with
 /// the call's id and name.

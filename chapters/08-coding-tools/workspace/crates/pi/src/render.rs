@@ -1,7 +1,7 @@
 //! How a run looks in a terminal: the assistant's text streams to stdout, and every tool call
 //! and every tool result is one line on stderr, so `pi -p … > answer.txt` keeps only the answer.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
 use pi_course::agent_loop::{EventSink, LoopEvent, RunReason};
@@ -105,11 +105,36 @@ pub fn ending_line(
     }
 }
 
+/// The one line a turn's reasoning leaves on stderr: `（思考了 N 字）`, dimmed on a terminal.
+/// The thinking itself is not printed: it is long, and it is not the answer.
+pub fn thinking_line(thinking: &str, dim: bool) -> String {
+    let line = format!("（思考了 {} 字）", thinking.chars().count());
+    if dim {
+        format!("\x1b[2m{line}\x1b[0m")
+    } else {
+        line
+    }
+}
+
+/// The message a model event carries: its partial, or the final message.
+fn message_of(event: &ModelEvent) -> &AssistantMessage {
+    match event {
+        ModelEvent::Start { partial }
+        | ModelEvent::TextDelta { partial, .. }
+        | ModelEvent::ToolcallDelta { partial, .. }
+        | ModelEvent::ToolcallEnd { partial, .. } => partial,
+        ModelEvent::Done { message, .. } => message,
+        ModelEvent::Error { error, .. } => error,
+    }
+}
+
 /// Prints loop events as they come. Shared by the tasks that run tools, hence the lock; it
 /// also remembers whether stdout ends mid-line, so the next stderr line starts cleanly.
 #[derive(Clone, Default)]
 pub struct Printer {
     mid_line: Arc<Mutex<bool>>,
+    /// Whether this turn's thinking line was printed; reset by each assistant message.
+    thought: Arc<Mutex<bool>>,
 }
 
 impl Printer {
@@ -124,6 +149,28 @@ impl Printer {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut stdout = std::io::stdout().lock();
+        if let LoopEvent::Model(model_event) = &event {
+            // The protocol has no thinking event: the first event after the reasoning shows it.
+            let mut thought = self
+                .thought
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let thinking = message_of(model_event).thinking.as_deref().unwrap_or("");
+            if !*thought && !thinking.is_empty() {
+                end_line(&mut stdout, &mut mid_line);
+                eprintln!(
+                    "{}",
+                    thinking_line(thinking, std::io::stderr().is_terminal())
+                );
+                *thought = true;
+            }
+        }
+        if let LoopEvent::AssistantMessage(_) = &event {
+            *self
+                .thought
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = false;
+        }
         match event {
             LoopEvent::Model(ModelEvent::TextDelta { delta, .. }) => {
                 let _ = stdout.write_all(delta.as_bytes());
@@ -241,6 +288,20 @@ mod tests {
             line,
             format!("← read：{}…", "x".repeat(LINE_CHARS)),
             "超长输出截到 LINE_CHARS 个字符"
+        );
+    }
+
+    #[test]
+    fn thinking_is_one_counted_line_dimmed_only_on_a_terminal() {
+        assert_eq!(
+            thinking_line("先想一想", false),
+            "（思考了 4 字）",
+            "思考只显示一行字数，按字符计数，不打印思考内容"
+        );
+        assert_eq!(
+            thinking_line("ab", true),
+            "\x1b[2m（思考了 2 字）\x1b[0m",
+            "终端上这一行是暗色的"
         );
     }
 

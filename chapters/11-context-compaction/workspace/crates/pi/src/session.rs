@@ -315,6 +315,7 @@ mod tests {
             },
             stop_reason: StopReason::Stop,
             error_message: None,
+            thinking: None,
             timestamp: 0,
         })
     }
