@@ -1,69 +1,26 @@
 //! `pi` against the stream dialects of real providers (issue #20): the real binary and
 //! openai-mock on 127.0.0.1, each reply written as the provider named in the test sends it.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::{Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use openai_mock::{delta, finish, usage, MockServer, Recorded, Reply, Step};
 use serde_json::{json, Value};
+use support::{text, Scratch, LIMIT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-const KEY: &str = "sk-pi-dialect-test-0c7e";
-const LIMIT: Duration = Duration::from_secs(30);
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "pi-dialect-test-{}-{name}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("能建临时目录");
-        std::fs::write(dir.join("notes.txt"), "第一行\n").expect("能写测试文件");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory with the `notes.txt` every test here reads.
+fn scratch(name: &str) -> Scratch {
+    let scratch = Scratch::new("dialect", name);
+    std::fs::write(scratch.path().join("notes.txt"), "第一行\n").expect("能写测试文件");
+    scratch
 }
 
 fn pi(server: &MockServer, dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pi"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("OPENAI_COMPATIBLE_BASE_URL", server.base_url())
-        .env("OPENAI_COMPATIBLE_API_KEY", KEY)
-        .env("OPENAI_COMPATIBLE_MODEL", "mock-model")
-        .current_dir(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
-}
-
-async fn finish_within_limit(child: Child) -> Output {
-    tokio::time::timeout(LIMIT, child.wait_with_output())
-        .await
-        .expect("pi 必须在 30 秒内结束")
-        .expect("能收集 pi 的输出")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    support::pi(&server.base_url(), dir, dir, args)
 }
 
 fn succeeded(output: &Output) {
@@ -134,14 +91,14 @@ fn tool_results(request: &Recorded) -> Vec<(String, String)> {
 #[tokio::test]
 async fn tool_calls_that_arrive_with_finish_reason_stop_are_run() {
     // vLLM, SGLang and older Ollama end a tool turn with "stop".
-    let scratch = Scratch::new("stop");
+    let scratch = scratch("stop");
     let server = MockServer::start(vec![
         Reply::events(vec![read_call(Some(0)), finish("stop"), usage(10, 3)]),
         Reply::text("读完了。"),
     ])
     .await
     .expect("本地服务器应当能启动");
-    let output = finish_within_limit(
+    let output = support::finish(
         pi(&server, &scratch.0, &["-p", "读 notes.txt"])
             .spawn()
             .expect("能启动 pi"),
@@ -165,14 +122,14 @@ async fn tool_calls_that_arrive_with_finish_reason_stop_are_run() {
 #[tokio::test]
 async fn tool_calls_without_index_are_run() {
     // Gemini's OpenAI-compatible endpoint leaves `index` out of streamed tool calls.
-    let scratch = Scratch::new("no-index");
+    let scratch = scratch("no-index");
     let server = MockServer::start(vec![
         Reply::events(vec![read_call(None), finish("tool_calls"), usage(10, 3)]),
         Reply::text("读完了。"),
     ])
     .await
     .expect("本地服务器应当能启动");
-    let output = finish_within_limit(
+    let output = support::finish(
         pi(&server, &scratch.0, &["-p", "读 notes.txt"])
             .spawn()
             .expect("能启动 pi"),
@@ -190,7 +147,7 @@ async fn tool_calls_without_index_are_run() {
 async fn reasoning_is_shown_as_a_count_and_sent_back_with_the_tool_turn() {
     // DeepSeek's thinking mode streams `reasoning_content` and rejects a tool turn's next
     // request that does not carry it back.
-    let scratch = Scratch::new("reasoning");
+    let scratch = scratch("reasoning");
     let server = MockServer::start(vec![
         Reply::events(vec![
             delta(json!({"role": "assistant", "reasoning_content": "先看看"})),
@@ -203,7 +160,7 @@ async fn reasoning_is_shown_as_a_count_and_sent_back_with_the_tool_turn() {
     ])
     .await
     .expect("本地服务器应当能启动");
-    let output = finish_within_limit(
+    let output = support::finish(
         pi(&server, &scratch.0, &["-p", "读 notes.txt"])
             .spawn()
             .expect("能启动 pi"),
@@ -234,7 +191,7 @@ async fn reasoning_is_shown_as_a_count_and_sent_back_with_the_tool_turn() {
 
 #[tokio::test]
 async fn a_turn_cancelled_while_arguments_stream_leaves_a_request_a_strict_server_accepts() {
-    let scratch = Scratch::new("cancel-args");
+    let scratch = scratch("cancel-args");
     let server = MockServer::start(vec![
         Reply::Stream(vec![
             // The call's arguments stop half way; the text after it is the test's gate: once
@@ -281,7 +238,7 @@ async fn a_turn_cancelled_while_arguments_stream_leaves_a_request_a_strict_serve
         .await
         .expect("能写 stdin");
     drop(stdin);
-    let output = finish_within_limit(child).await;
+    let output = support::finish(child).await;
     assert_eq!(
         output.status.code(),
         Some(0),

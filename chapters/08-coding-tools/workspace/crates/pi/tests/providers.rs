@@ -1,79 +1,23 @@
 //! `pi` against providers that misbehave the way real ones do: rate limits, stalls, bad
 //! settings. The real binary, openai-mock on 127.0.0.1, a scratch directory.
 
-use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+mod support;
+
+use std::path::Path;
 
 use openai_mock::{delta, MockServer, Reply, Step};
 use serde_json::json;
+use support::{lines, run, text, Scratch};
 use tokio::process::Command;
 
-const KEY: &str = "sk-pi-test-9c2e";
-const LIMIT: Duration = Duration::from_secs(30);
-
-/// A fresh directory, removed when the test ends.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "pi-providers-test-{}-{name}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("能建临时目录");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `pi -p <task>` with a clean environment pointed at `server_url`.
+/// `pi -p 打个招呼` in `dir`, pointed at `server_url`.
 fn pi(server_url: &str, dir: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pi"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("OPENAI_COMPATIBLE_BASE_URL", server_url)
-        .env("OPENAI_COMPATIBLE_API_KEY", KEY)
-        .env("OPENAI_COMPATIBLE_MODEL", "mock-model")
-        .current_dir(dir)
-        .args(["-p", "打个招呼"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
-}
-
-async fn run(mut command: Command) -> Output {
-    let child = command.spawn().expect("能启动 pi");
-    tokio::time::timeout(LIMIT, child.wait_with_output())
-        .await
-        .expect("pi 必须在 30 秒内结束")
-        .expect("能收集 pi 的输出")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn lines(bytes: &[u8]) -> Vec<String> {
-    text(bytes).lines().map(str::to_string).collect()
+    support::pi(server_url, dir, dir, &["-p", "打个招呼"])
 }
 
 #[tokio::test]
 async fn a_429_with_retry_after_is_waited_out_and_announced_once() {
-    let scratch = Scratch::new("429");
+    let scratch = Scratch::new("providers", "429");
     let server = MockServer::start(vec![Reply::retry_after(429, 1), Reply::text("你好！")])
         .await
         .expect("本地服务器应当能启动");
@@ -99,7 +43,7 @@ async fn a_429_with_retry_after_is_waited_out_and_announced_once() {
 
 #[tokio::test]
 async fn pi_max_attempts_bounds_the_retries() {
-    let scratch = Scratch::new("attempts");
+    let scratch = Scratch::new("providers", "attempts");
     let server = MockServer::start(vec![
         Reply::Status {
             status: 503,
@@ -126,7 +70,7 @@ async fn pi_max_attempts_bounds_the_retries() {
 
 #[tokio::test]
 async fn a_stalled_stream_fails_after_pi_stream_idle_secs() {
-    let scratch = Scratch::new("idle");
+    let scratch = Scratch::new("providers", "idle");
     let server = MockServer::start(vec![Reply::Stream(vec![
         Step::event(&delta(json!({"role": "assistant", "content": "想"}))),
         Step::Hang,
@@ -151,7 +95,7 @@ async fn a_stalled_stream_fails_after_pi_stream_idle_secs() {
 
 #[tokio::test]
 async fn bad_retry_settings_are_one_line_and_exit_2() {
-    let scratch = Scratch::new("settings");
+    let scratch = Scratch::new("providers", "settings");
     for (var, value) in [("PI_MAX_ATTEMPTS", "many"), ("PI_STREAM_IDLE_SECS", "0")] {
         // Nothing listens here: a bad setting must stop pi before any request.
         let mut command = pi("http://127.0.0.1:9/v1", &scratch.0);

@@ -1,74 +1,51 @@
 //! Chapter 11: `pi` compacts its sessions. The real binary against openai-mock on 127.0.0.1,
 //! the session files in a scratch HOME.
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use openai_mock::{delta, finish, MockServer, Recorded, Reply};
 use serde_json::{json, Value};
+use support::{text, Scratch};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-const KEY: &str = "sk-pi-compaction-test-31c9";
 /// What the learner's `summary_message` puts before a summary.
 const SUMMARY_PREFIX: &str = "此前的对话已压缩为下面的摘要：\n\n";
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "pi-compaction-test-{}-{name}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("work")).expect("能建临时目录");
-        Scratch(dir.canonicalize().expect("临时目录有规范路径"))
-    }
-
-    /// The one session file pi wrote under the scratch HOME.
-    fn session_file(&self) -> PathBuf {
-        let root = self.0.join(".local/state/pi/sessions");
-        let mut files = Vec::new();
-        for dir in std::fs::read_dir(&root).into_iter().flatten().flatten() {
-            for file in std::fs::read_dir(dir.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                files.push(file.path());
-            }
-        }
-        assert_eq!(files.len(), 1, "这个目录只有一个会话文件：{files:?}");
-        files.remove(0)
-    }
+/// A scratch HOME with the working directory `work/` in it.
+fn scratch(name: &str) -> Scratch {
+    let scratch = Scratch::new("compaction", name);
+    std::fs::create_dir_all(scratch.path().join("work")).expect("能建工作目录");
+    scratch
 }
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+/// The one session file pi wrote under the scratch HOME.
+fn session_file(scratch: &Scratch) -> PathBuf {
+    let root = scratch.path().join(".local/state/pi/sessions");
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for file in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            files.push(file.path());
+        }
     }
+    assert_eq!(files.len(), 1, "这个目录只有一个会话文件：{files:?}");
+    files.remove(0)
 }
 
 fn command(server: &MockServer, scratch: &Scratch, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pi"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &scratch.0)
-        .env("OPENAI_COMPATIBLE_BASE_URL", server.base_url())
-        .env("OPENAI_COMPATIBLE_API_KEY", KEY)
-        .env("OPENAI_COMPATIBLE_MODEL", "mock-model")
-        .current_dir(scratch.0.join("work"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
+    support::pi(
+        &server.base_url(),
+        scratch.path(),
+        &scratch.path().join("work"),
+        args,
+    )
 }
 
 /// Runs pi to its end with `input` on stdin (an interactive session when there is no `-p`).
@@ -80,14 +57,7 @@ async fn pi(server: &MockServer, scratch: &Scratch, args: &[&str], input: &str) 
     let mut stdin = child.stdin.take().expect("stdin 是管道");
     stdin.write_all(input.as_bytes()).await.expect("能写 stdin");
     drop(stdin);
-    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("pi 必须在 30 秒内结束")
-        .expect("能收集 pi 的输出")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    support::finish(child).await
 }
 
 fn succeeded(output: &Output, what: &str) {
@@ -160,12 +130,12 @@ async fn two_long_runs(server: &MockServer, scratch: &Scratch) -> PathBuf {
         &pi(server, scratch, &["-c", "-p", &long_task("任务二")], "").await,
         "第二次运行",
     );
-    scratch.session_file()
+    session_file(scratch)
 }
 
 #[tokio::test]
 async fn history_over_the_budget_is_summarised_before_the_task() {
-    let scratch = Scratch::new("auto");
+    let scratch = scratch("auto");
     let server = MockServer::start(vec![
         Reply::text("答复一。"),
         Reply::text("答复二。"),
@@ -245,7 +215,7 @@ async fn history_over_the_budget_is_summarised_before_the_task() {
 
 #[tokio::test]
 async fn a_failed_summary_writes_nothing_and_the_task_goes_on_with_what_fits() {
-    let scratch = Scratch::new("failed");
+    let scratch = scratch("failed");
     let server = MockServer::start(vec![
         Reply::text("答复一。"),
         Reply::text("答复二。"),
@@ -291,7 +261,7 @@ async fn a_failed_summary_writes_nothing_and_the_task_goes_on_with_what_fits() {
 
 #[tokio::test]
 async fn compact_keeps_the_newest_interaction_and_a_resumed_session_sends_the_summary() {
-    let scratch = Scratch::new("manual");
+    let scratch = scratch("manual");
     let server = MockServer::start(vec![
         Reply::text("答复甲。"),
         Reply::text("答复乙。"),
@@ -323,7 +293,7 @@ async fn compact_keeps_the_newest_interaction_and_a_resumed_session_sends_the_su
 
 #[tokio::test]
 async fn a_failed_compact_leaves_the_file_byte_identical() {
-    let scratch = Scratch::new("manual-failed");
+    let scratch = scratch("manual-failed");
     let server = MockServer::start(vec![
         Reply::text("答复甲。"),
         Reply::text("答复乙。"),
@@ -339,7 +309,7 @@ async fn a_failed_compact_leaves_the_file_byte_identical() {
         &pi(&server, &scratch, &["-c", "-p", "任务乙"], "").await,
         "第二次运行",
     );
-    let file = scratch.session_file();
+    let file = session_file(&scratch);
     let before = std::fs::read(&file).expect("会话文件可读");
     let compact = pi(&server, &scratch, &["-c"], "/compact\n").await;
     succeeded(&compact, "交互模式");
@@ -358,7 +328,7 @@ async fn a_failed_compact_leaves_the_file_byte_identical() {
 
 #[tokio::test]
 async fn a_bad_window_is_one_line_and_nothing_runs() {
-    let scratch = Scratch::new("bad-window");
+    let scratch = scratch("bad-window");
     let server = MockServer::start(Vec::new())
         .await
         .expect("本地服务器应当能启动");
