@@ -754,6 +754,22 @@ impl Catalog {
         }
     }
 
+    /// Whether `chapter` only adds modules to what its predecessor left: a rebuild chapter
+    /// none of whose files an earlier chapter of its chain carries. Code of earlier chapters
+    /// cannot name a module written after it, so their tests see exactly the predecessor's
+    /// code, whatever state this chapter's own files are in; `verify` reuses their verdicts.
+    pub fn only_adds_modules(&self, chapter: &Chapter) -> bool {
+        if chapter.mode() != Mode::Rebuild {
+            return false;
+        }
+        let chain = self.chain(chapter);
+        let earlier = &chain[..chain.len().saturating_sub(1)];
+        !chapter
+            .files
+            .iter()
+            .any(|file| earlier.iter().any(|step| step.files.contains(file)))
+    }
+
     /// Problems between the manifest and the tree. Empty means consistent.
     /// `with_held_out`: the tree is a checkout, so held-out tests must exist.
     pub fn check_tree(&self, files: &FileSet, with_held_out: bool) -> Vec<Problem> {

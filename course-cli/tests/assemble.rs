@@ -825,3 +825,39 @@ fn a_later_copy_must_keep_every_line_of_the_earlier_one_unless_declared_a_rewrit
             file: WorkspacePath::new("pi-course/src/nothing.rs")
         }));
 }
+
+#[test]
+fn only_a_chapter_of_new_modules_lets_verify_reuse_the_earlier_verdicts() {
+    let data = fixture();
+    let catalog = Catalog::from_files(&data).unwrap();
+    let chapter = |text: &str| catalog.get(id(text)).unwrap();
+    assert!(
+        catalog.only_adds_modules(chapter("01")),
+        "the first rebuild chapter adds its module to an empty crate"
+    );
+    assert!(
+        catalog.only_adds_modules(chapter("02")),
+        "02 adds two.rs only: 01's code cannot reach it"
+    );
+    assert!(
+        !catalog.only_adds_modules(chapter("00")),
+        "an observe chapter is judged on its own groups"
+    );
+
+    let mut extending = fixture();
+    let manifest = MANIFEST.replace(
+        "files = [\"src/two.rs\"]",
+        "files = [\"src/two.rs\", \"src/one.rs\"]",
+    );
+    put(&mut extending, "chapters/course.toml", &manifest);
+    put(
+        &mut extending,
+        "chapters/02-two/src/one.rs",
+        "pub fn one() -> u8 {\n    1\n}\n",
+    );
+    let catalog = Catalog::from_files(&extending).unwrap();
+    assert!(
+        !catalog.only_adds_modules(catalog.get(id("02")).unwrap()),
+        "02 carries its own one.rs: 01's tests must run again on it"
+    );
+}

@@ -42,6 +42,9 @@ pub struct GreenRun {
     pub groups: Vec<GroupRun>,
     /// `(chapter, why)` for each chapter whose tests did not build or start.
     pub errors: Vec<(String, String)>,
+    /// The chapter whose reference verdicts stand in for the earlier chapters' groups here,
+    /// because this chapter only adds modules; `None` when every group was run.
+    pub reused_from: Option<String>,
 }
 
 impl GreenRun {

@@ -108,9 +108,25 @@ pub fn run(selected: &[String], json: bool) -> Result<bool, Failure> {
             sources: Sources::new(&course.catalog, &course.data)?,
             progress: &progress,
         };
+        // Each chapter's reference verdicts, kept when its whole chain was green.
+        let mut proven: BTreeMap<String, Vec<GroupRun>> = BTreeMap::new();
         for chapter in chapters {
             progress.say(&format!("== 第 {} 章：{}", chapter.id, chapter.title));
-            reports.push(verifier.chapter(chapter)?);
+            let reuse = course
+                .catalog
+                .previous(chapter)
+                .filter(|_| course.catalog.only_adds_modules(chapter))
+                .and_then(|previous| {
+                    let id = previous.id.to_string();
+                    proven.get(&id).map(|groups| Reuse { from: id, groups })
+                });
+            let report = verifier.chapter(chapter, reuse)?;
+            if report.reference.errors.is_empty()
+                && report.reference.groups.iter().all(|group| group.green)
+            {
+                proven.insert(report.id.clone(), report.reference.groups.clone());
+            }
+            reports.push(report);
         }
     } else {
         progress.say("课程清单与文件树不一致：");
@@ -212,12 +228,38 @@ struct Verifier<'a> {
     progress: &'a Progress,
 }
 
+/// Earlier chapters' verdicts a state takes over instead of running their tests again: the
+/// predecessor's green reference run, from this same `verify`, when the chapter only adds
+/// modules (`Catalog::only_adds_modules`). Run alone, a chapter proves its whole chain.
+struct Reuse<'r> {
+    from: String,
+    groups: &'r [GroupRun],
+}
+
+impl Reuse<'_> {
+    /// Puts the reused groups in front of `run`'s own, in chain order.
+    fn apply_to(&self, run: &mut GreenRun) {
+        run.groups.splice(0..0, self.groups.iter().cloned());
+        run.reused_from = Some(self.from.clone());
+    }
+}
+
+/// The tail of a green-run line that says which verdicts were taken over.
+fn reused_note(run: &GreenRun) -> String {
+    match &run.reused_from {
+        Some(from) => format!(
+            "；之前各章沿用第 {from} 章参考实现的结论（本章只新增模块，之前的代码碰不到它们）"
+        ),
+        None => String::new(),
+    }
+}
+
 impl Verifier<'_> {
     fn say(&self, line: &str) {
         self.progress.say(line);
     }
 
-    fn chapter(&self, chapter: &Chapter) -> Result<ChapterReport, Failure> {
+    fn chapter(&self, chapter: &Chapter, reuse: Option<Reuse>) -> Result<ChapterReport, Failure> {
         let started = Instant::now();
         let catalog = &self.course.catalog;
         let id = chapter.id.to_string();
@@ -230,12 +272,20 @@ impl Verifier<'_> {
             .course
             .materialize(&format!("{id}-reference"), &reference)?;
         let held_out_target = held_out_target(chapter);
-        let reference_run = green_run(&runner, &plan.chain, &[held_out_target.as_str()]);
+        let judged: &[&Chapter] = match reuse {
+            Some(_) => &[chapter],
+            None => &plan.chain,
+        };
+        let mut reference_run = green_run(&runner, judged, &[held_out_target.as_str()]);
+        if let Some(reuse) = &reuse {
+            reuse.apply_to(&mut reference_run);
+        }
         let (passed, total) = reference_run.count(&id);
         self.say(&format!(
-            "  {} 参考实现   本章 {passed}/{total}（{:.1}s）",
+            "  {} 参考实现   本章 {passed}/{total}（{:.1}s）{}",
             mark(reference_run.groups.iter().all(|g| g.green) && reference_run.errors.is_empty()),
-            reference_run.seconds
+            reference_run.seconds,
+            reused_note(&reference_run)
         ));
 
         let held_out = held_out_run(&runner, &held_out_target);
@@ -293,13 +343,21 @@ impl Verifier<'_> {
             leaks,
         };
 
-        let (practice_check, first_lab) = self.practice(&practice_plan, &practice)?;
+        let (practice_check, first_lab) =
+            self.practice(&practice_plan, &practice, reuse.as_ref())?;
+        let carried = match &practice_check.run.reused_from {
+            Some(_) => "",
+            None => "之前各章保持绿色；",
+        };
         self.say(&format!(
-            "  {} 练习目录   之前各章保持绿色；练习目录里的 cargo xtask test 给出同样的结论（{:.1}s）",
-            mark(practice_check.run.groups.iter().all(|g| g.green)
-                && practice_check.run.errors.is_empty()
-                && practice_check.command.is_none()),
-            practice_check.run.seconds
+            "  {} 练习目录   {carried}练习目录里的 cargo xtask test 给出同样的结论（{:.1}s）{}",
+            mark(
+                practice_check.run.groups.iter().all(|g| g.green)
+                    && practice_check.run.errors.is_empty()
+                    && practice_check.command.is_none()
+            ),
+            practice_check.run.seconds,
+            reused_note(&practice_check.run)
         ));
 
         let mut labs = Vec::new();
@@ -390,6 +448,7 @@ impl Verifier<'_> {
         &self,
         plan: &WorkspacePlan,
         practice: &Snapshot,
+        reuse: Option<&Reuse>,
     ) -> Result<(Practice, Option<LabProof>), Failure> {
         let chapter = plan.chapter;
         let runner = self
@@ -398,9 +457,12 @@ impl Verifier<'_> {
         let started = Instant::now();
         // An observe chapter's practice code is its reference, whose chain was judged above:
         // its own groups are what is new here.
-        let (must_be_green, own_red): (Vec<&Chapter>, bool) = match chapter.mode() {
-            Mode::Observe => (vec![chapter], false),
-            Mode::Rebuild => (plan.carried().collect(), true),
+        // A chapter that only adds modules stubs nothing earlier code can reach: the carried
+        // chapters' verdicts are the predecessor's reference verdicts.
+        let (must_be_green, own_red): (Vec<&Chapter>, bool) = match (chapter.mode(), reuse) {
+            (Mode::Observe, _) => (vec![chapter], false),
+            (Mode::Rebuild, Some(_)) => (Vec::new(), true),
+            (Mode::Rebuild, None) => (plan.carried().collect(), true),
         };
         let own = [chapter.test_target()];
         let extra: Vec<&str> = if own_red {
@@ -409,6 +471,9 @@ impl Verifier<'_> {
             Vec::new()
         };
         let mut run = green_run(&runner, &must_be_green, &extra);
+        if let Some(reuse) = reuse {
+            reuse.apply_to(&mut run);
+        }
         let first_lab = match chapter.labs().next() {
             Some((lab, group)) if own_red => {
                 let proof_started = Instant::now();
