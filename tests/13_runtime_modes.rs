@@ -975,6 +975,16 @@ mod modes {
             json!("c1"),
             "tool_end 带配对的结果"
         );
+        assert_eq!(
+            lines[1]["message"].get("role"),
+            None,
+            "版本 1 的格式：assistant_message 的 message 是 AssistantMessage 本身，不带 role"
+        );
+        assert_eq!(
+            lines[3]["result"].get("role"),
+            None,
+            "版本 1 的格式：tool_end 的 result 是 ToolResultMessage 本身，不带 role"
+        );
         assert_eq!(lines[4]["delta"], json!("done"), "text_delta 带增量文本");
         assert_eq!(
             lines[8],
