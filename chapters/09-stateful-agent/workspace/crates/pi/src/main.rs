@@ -216,9 +216,9 @@ impl Typing {
             return;
         }
         match self.steering.steer(&line) {
-            Ok(()) => eprintln!(
-                "pi：插话已排队，当前这批工具调用结束后（或模型停下时）交给模型：{line}"
-            ),
+            Ok(()) => {
+                eprintln!("pi：插话已排队，当前这批工具调用结束后（或模型停下时）交给模型：{line}")
+            }
             Err(_) => {
                 eprintln!("pi：这次运行正在结束，这一行留作下一个任务：{line}");
                 self.deferred.push_back(Read::Line(line));
@@ -372,7 +372,10 @@ async fn interactive_mode(
         }
         signals.typing = Some(Typing::new(input, session.steering()));
         let (outcome, fatal) = cancellable_turn(&mut session, &task, &mut signals).await;
-        let typing = signals.typing.take().expect("回合结束后，借出的输入一定还在");
+        let typing = signals
+            .typing
+            .take()
+            .expect("回合结束后，借出的输入一定还在");
         input = typing.input;
         if let Some(stop) = fatal.filter(|_| typing.reading) {
             end_while_reading(stop, &mut input);

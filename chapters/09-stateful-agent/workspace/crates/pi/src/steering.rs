@@ -80,30 +80,28 @@ impl Steering {
             let seen = Arc::clone(&seen);
             let unsent = Arc::clone(&self.unsent);
             let on_event = on_event.clone();
-            move |event, _state| {
-                match event {
-                    AgentEvent::Loop { event, .. } => {
-                        watch(&seen, event);
-                        if let Some(sink) = &on_event {
-                            sink(event.clone());
-                        }
+            move |event, _state| match event {
+                AgentEvent::Loop { event, .. } => {
+                    watch(&seen, event);
+                    if let Some(sink) = &on_event {
+                        sink(event.clone());
                     }
-                    AgentEvent::Delivered { messages, .. } => {
-                        for message in messages {
-                            if let AgentMessage::User(user) = message {
-                                eprintln!("pi：已交给模型：{}", joined(&user.content));
-                            }
-                        }
-                    }
-                    AgentEvent::RunEnd { unsent: left, .. } => {
-                        let mut unsent = unsent.lock().unwrap_or_else(PoisonError::into_inner);
-                        unsent.extend(left.iter().filter_map(|message| match message {
-                            AgentMessage::User(user) => Some(joined(&user.content)),
-                            _ => None,
-                        }));
-                    }
-                    AgentEvent::RunStart { .. } => {}
                 }
+                AgentEvent::Delivered { messages, .. } => {
+                    for message in messages {
+                        if let AgentMessage::User(user) = message {
+                            eprintln!("pi：已交给模型：{}", joined(&user.content));
+                        }
+                    }
+                }
+                AgentEvent::RunEnd { unsent: left, .. } => {
+                    let mut unsent = unsent.lock().unwrap_or_else(PoisonError::into_inner);
+                    unsent.extend(left.iter().filter_map(|message| match message {
+                        AgentMessage::User(user) => Some(joined(&user.content)),
+                        _ => None,
+                    }));
+                }
+                AgentEvent::RunStart { .. } => {}
             }
         });
         // The slot is taken before the run starts, so a line typed from now on reaches it.
@@ -218,7 +216,10 @@ fn finish_cut_run(result: &mut AgentRunResult, seen: Seen, on_event: Option<&Eve
             }
         }
     }
-    if let Some(mut cut) = seen.streaming.filter(|_| result.reason == RunReason::Aborted) {
+    if let Some(mut cut) = seen
+        .streaming
+        .filter(|_| result.reason == RunReason::Aborted)
+    {
         cut.stop_reason = StopReason::Aborted;
         cut.error_message = Some(REQUEST_ABORTED.to_string());
         let calls: Vec<ToolCall> = cut
@@ -234,7 +235,9 @@ fn finish_cut_run(result: &mut AgentRunResult, seen: Seen, on_event: Option<&Eve
         emit(LoopEvent::AssistantMessage(cut));
         for call in &calls {
             let skipped = skipped_result(call, "aborted");
-            result.messages.push(AgentMessage::ToolResult(skipped.clone()));
+            result
+                .messages
+                .push(AgentMessage::ToolResult(skipped.clone()));
             emit(LoopEvent::ToolSkipped(skipped));
         }
     }

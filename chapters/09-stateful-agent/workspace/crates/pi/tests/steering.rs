@@ -110,7 +110,11 @@ impl Interactive {
     fn interrupt(&self) {
         let pid = self.child.id().expect("pi 还在运行") as libc::pid_t;
         // SAFETY: kill(2) with a pid this test spawned and still owns.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0, "能给 pi 发 SIGINT");
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGINT) },
+            0,
+            "能给 pi 发 SIGINT"
+        );
     }
 
     /// Ctrl-D, then pi's exit status, stdout and stderr.
@@ -143,7 +147,9 @@ fn conversation(request: &Recorded) -> Vec<(String, String)> {
                 .map(|calls| {
                     calls
                         .iter()
-                        .map(|call| format!("call {}", call["function"]["name"].as_str().unwrap_or("?")))
+                        .map(|call| {
+                            format!("call {}", call["function"]["name"].as_str().unwrap_or("?"))
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
@@ -184,9 +190,12 @@ fn bash_hi(request: &Recorded) -> String {
 #[tokio::test]
 async fn a_line_typed_during_a_tool_batch_reaches_the_next_request_after_the_results() {
     let scratch = Scratch::new("steering", "steer");
-    let server = MockServer::start(vec![gated_call("call_gate"), Reply::text("好的，改用 Rust。")])
-        .await
-        .expect("本地服务器应当能启动");
+    let server = MockServer::start(vec![
+        gated_call("call_gate"),
+        Reply::text("好的，改用 Rust。"),
+    ])
+    .await
+    .expect("本地服务器应当能启动");
     let mut pi = Interactive::start(&server, scratch.path());
     pi.type_line("写一个小脚本").await;
     pi.stderr.until("→ bash").await;
@@ -202,7 +211,11 @@ async fn a_line_typed_during_a_tool_batch_reaches_the_next_request_after_the_res
     assert_eq!(status.code(), Some(0), "Ctrl-D 正常退出；stderr：{stderr}");
     assert_eq!(stdout, "好的，改用 Rust。\n", "stdout 只有模型的回答");
     let requests = server.requests();
-    assert_eq!(requests.len(), 2, "插话没有开始新任务：一个任务两次模型调用");
+    assert_eq!(
+        requests.len(),
+        2,
+        "插话没有开始新任务：一个任务两次模型调用"
+    );
     assert_eq!(
         after_system(&requests[0]),
         [pair("user", "写一个小脚本")],
@@ -244,10 +257,7 @@ async fn a_follow_up_waits_for_the_natural_stop_and_then_continues_the_run() {
     let (status, stdout, stderr) = pi.end().await;
 
     assert_eq!(status.code(), Some(0), "Ctrl-D 正常退出；stderr：{stderr}");
-    assert_eq!(
-        stdout, "脚本写好了。\n测试也通过了。\n",
-        "两段回答各成一行"
-    );
+    assert_eq!(stdout, "脚本写好了。\n测试也通过了。\n", "两段回答各成一行");
     let requests = server.requests();
     assert_eq!(requests.len(), 3, "追加消息让同一次运行多问一次模型");
     let hi = bash_hi(&requests[1]);
@@ -283,7 +293,11 @@ async fn a_follow_up_with_no_run_is_refused_and_sends_nothing() {
     pi.type_line("/followup 太早了").await;
     let (status, stdout, stderr) = pi.end().await;
 
-    assert_eq!(status.code(), Some(0), "拒绝之后会话照常，Ctrl-D 正常退出；stderr：{stderr}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "拒绝之后会话照常，Ctrl-D 正常退出；stderr：{stderr}"
+    );
     assert_eq!(stdout, "", "没有运行就没有回答");
     assert!(
         stderr.lines().any(|line| line.ends_with(
@@ -309,7 +323,11 @@ async fn ctrl_c_aborts_the_run_pairs_its_call_and_the_next_task_works() {
     pi.stdout.until("好的。").await;
     let (status, stdout, stderr) = pi.end().await;
 
-    assert_eq!(status.code(), Some(0), "取消之后会话照常，Ctrl-D 正常退出；stderr：{stderr}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "取消之后会话照常，Ctrl-D 正常退出；stderr：{stderr}"
+    );
     assert_eq!(stdout, "好的。\n", "只有第二个任务有回答");
     // Ctrl-C may reach the call before its command starts (the tool answers for itself) or
     // while it runs (the Agent pairs it as skipped); either way it is shown and paired once.
