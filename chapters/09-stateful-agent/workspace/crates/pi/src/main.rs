@@ -220,7 +220,7 @@ impl Typing {
                 eprintln!("pi：插话已排队，当前这批工具调用结束后（或模型停下时）交给模型：{line}")
             }
             Err(_) => {
-                eprintln!("pi：这次运行正在结束，这一行留作下一个任务：{line}");
+                eprintln!("pi：现在没有可以插话的运行，这一行留作下一个任务：{line}");
                 self.deferred.push_back(Read::Line(line));
             }
         }
