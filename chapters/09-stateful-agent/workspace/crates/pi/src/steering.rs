@@ -9,6 +9,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use tokio::sync::Notify;
+
 use pi_course::agent::{Agent, AgentEvent, AgentOptions, Prompt};
 use pi_course::agent_loop::{
     skipped_result, AgentLoopOptions, AgentRunResult, EventSink, LoopEvent, RunReason,
@@ -76,8 +78,12 @@ impl Steering {
             earlier,
         );
         let seen = Arc::new(Mutex::new(Seen::default()));
+        // The run's result can come back while another thread still delivers its last events;
+        // what the listener saw is read only after it has seen the run end.
+        let settled = Arc::new(Notify::new());
         let subscription = agent.subscribe({
             let seen = Arc::clone(&seen);
+            let settled = Arc::clone(&settled);
             let unsent = Arc::clone(&self.unsent);
             let on_event = on_event.clone();
             move |event, _state| match event {
@@ -100,6 +106,7 @@ impl Steering {
                         AgentMessage::User(user) => Some(joined(&user.content)),
                         _ => None,
                     }));
+                    settled.notify_one();
                 }
                 AgentEvent::RunStart { .. } => {}
             }
@@ -108,7 +115,7 @@ impl Steering {
         *self.active.lock().unwrap_or_else(PoisonError::into_inner) = Some(agent.clone());
         let mut result = match agent.prompt(Prompt::new(&task)) {
             Ok(mut run) => {
-                tokio::select! {
+                let result = tokio::select! {
                     // The run's own end wins when both are ready.
                     biased;
                     result = &mut run => result,
@@ -116,7 +123,9 @@ impl Steering {
                         agent.abort();
                         run.await
                     }
-                }
+                };
+                settled.notified().await;
+                result
             }
             Err(error) => {
                 // A fresh Agent is never busy and pi always has a runtime: a bug if it happens.
@@ -208,8 +217,15 @@ fn finish_cut_run(result: &mut AgentRunResult, seen: Seen, on_event: Option<&Eve
             sink(event);
         }
     };
+    // Only the part after the last user message can be unfinished: queued messages enter
+    // only where the transcript is whole. (Call ids may repeat across a session's turns.)
+    let tail = result
+        .messages
+        .iter()
+        .rposition(|message| matches!(message, AgentMessage::User(_)))
+        .unwrap_or(0);
     // Results the Agent gave to calls that were still running when it stopped.
-    for message in &result.messages {
+    for message in &result.messages[tail..] {
         if let AgentMessage::ToolResult(skipped) = message {
             if seen.pending.contains(&skipped.tool_call_id) {
                 emit(LoopEvent::ToolSkipped(skipped.clone()));
@@ -222,14 +238,7 @@ fn finish_cut_run(result: &mut AgentRunResult, seen: Seen, on_event: Option<&Eve
     {
         cut.stop_reason = StopReason::Aborted;
         cut.error_message = Some(REQUEST_ABORTED.to_string());
-        let calls: Vec<ToolCall> = cut
-            .content
-            .iter()
-            .filter_map(|block| match block {
-                AssistantContent::ToolCall(call) => Some(call.clone()),
-                AssistantContent::Text(_) => None,
-            })
-            .collect();
+        let calls = calls_of(&cut);
         result.messages.push(AgentMessage::Assistant(cut.clone()));
         result.steps += 1;
         emit(LoopEvent::AssistantMessage(cut));
@@ -241,5 +250,41 @@ fn finish_cut_run(result: &mut AgentRunResult, seen: Seen, on_event: Option<&Eve
             emit(LoopEvent::ToolSkipped(skipped));
         }
     }
+    // The Agent reads its state while the cut loop may still be between a turn's message and
+    // its skipped results (on another thread): a call left without a result is paired here.
+    let answered: Vec<String> = result.messages[tail..]
+        .iter()
+        .filter_map(|message| match message {
+            AgentMessage::ToolResult(result) => Some(result.tool_call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let unanswered: Vec<ToolCall> = result.messages[tail..]
+        .iter()
+        .filter_map(|message| match message {
+            AgentMessage::Assistant(assistant) => Some(calls_of(assistant)),
+            _ => None,
+        })
+        .flatten()
+        .filter(|call| !answered.contains(&call.id))
+        .collect();
+    for call in &unanswered {
+        let skipped = skipped_result(call, "aborted");
+        result
+            .messages
+            .push(AgentMessage::ToolResult(skipped.clone()));
+        emit(LoopEvent::ToolSkipped(skipped));
+    }
     emit(LoopEvent::TurnEnd(result.reason));
+}
+
+fn calls_of(message: &AssistantMessage) -> Vec<ToolCall> {
+    message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            AssistantContent::ToolCall(call) => Some(call.clone()),
+            AssistantContent::Text(_) => None,
+        })
+        .collect()
 }
