@@ -159,6 +159,11 @@ impl Steering {
 
     /// Queues `text` to enter the running task after its natural stop.
     pub fn follow_up(&self, text: &str) -> Result<(), String> {
+        if text.trim().is_empty() {
+            return Err(
+                "pi：/followup 后面要跟要追加的文字，例如 /followup 再跑一遍测试".to_string(),
+            );
+        }
         let agent = self.active.lock().unwrap_or_else(PoisonError::into_inner);
         match agent.as_ref().map(|agent| agent.follow_up(text)) {
             Some(Ok(())) => Ok(()),
