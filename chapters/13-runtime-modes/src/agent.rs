@@ -323,8 +323,9 @@ impl Agent {
         }
     }
 
-    /// Chapter 13: an Agent that resumes a transcript. It owns `messages` (the caller's copy
-    /// is moved in, never shared), so nothing the caller does later reaches this Agent.
+    /// An Agent that resumes a transcript: chapter 09's `pi` uses it for every task of a session,
+    /// chapter 13's composition root for a stored session path. It owns `messages` (the caller's
+    /// copy is moved in, never shared), so nothing the caller does later reaches this Agent.
     pub fn with_messages(options: AgentOptions, messages: Vec<AgentMessage>) -> Self {
         let agent = Agent::new(options);
         agent.lock().state = Arc::new(AgentState {

@@ -1,11 +1,12 @@
 //! One conversation: the model, the coding tools over one directory, and the transcript that
 //! every turn extends. Each turn is one run of the learner's agent loop.
+//! Chapter 09: that run goes through the learner's `Agent` (see `steering.rs`).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pi_course::agent_loop::{run_agent_loop, AgentLoopOptions, AgentRunResult};
+use pi_course::agent_loop::{AgentLoopOptions, AgentRunResult};
 use pi_course::coding_tools::CodingTools;
 use pi_course::http_transport::Endpoint;
 use pi_course::types::{now_ms, user_message, AgentContext, AgentMessage, Model, SystemMessage};
@@ -15,6 +16,7 @@ use crate::config::Config;
 use crate::diff::DiffWatch;
 use crate::render::Printer;
 use crate::session_store::SessionLog;
+use crate::steering::Steering;
 
 /// What the model is told about its situation before the first task: the date, the system,
 /// the shell `bash` runs, the directory. Only what is true: `read`, `write` and `edit` stay
@@ -109,6 +111,8 @@ pub struct Session {
     diffs: DiffWatch,
     /// Chapter 10: where every turn is recorded, once a session is attached.
     log: Option<SessionLog>,
+    /// Chapter 09: the handle through which a typed line reaches the run that is working.
+    steering: Steering,
 }
 
 impl Session {
@@ -132,7 +136,13 @@ impl Session {
             printer: Printer::default(),
             diffs: DiffWatch::default(),
             log: None,
+            steering: Steering::default(),
         })
+    }
+
+    /// Chapter 09: where a line typed while a task runs goes.
+    pub fn steering(&self) -> Steering {
+        self.steering.clone()
     }
 
     /// Runs one task to its end and keeps what happened for the next one, cancelled turns
@@ -159,7 +169,7 @@ impl Session {
         options.on_event = Some(self.diffs.sink(self.printer.sink()));
         options.max_steps = self.max_steps;
         let earlier = self.transcript.len();
-        let result = run_agent_loop(options).await;
+        let result = self.steering.run(options).await;
         if let Some(line) = usage_line(result.messages.get(earlier..).unwrap_or_default()) {
             eprintln!("{line}");
         }

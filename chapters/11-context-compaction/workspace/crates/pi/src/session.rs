@@ -1,11 +1,12 @@
 //! One conversation: the model, the coding tools over one directory, and the transcript that
 //! every turn extends. Each turn is one run of the learner's agent loop.
+//! Chapter 09: that run goes through the learner's `Agent` (see `steering.rs`).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pi_course::agent_loop::{run_agent_loop, AgentLoopOptions, AgentRunResult};
+use pi_course::agent_loop::{AgentLoopOptions, AgentRunResult};
 use pi_course::coding_tools::CodingTools;
 use pi_course::context_compaction::{Budget, Fit};
 use pi_course::http_transport::Endpoint;
@@ -17,6 +18,7 @@ use crate::config::Config;
 use crate::diff::DiffWatch;
 use crate::render::Printer;
 use crate::session_store::SessionLog;
+use crate::steering::Steering;
 
 /// What the model is told about its situation before the first task: the date, the system,
 /// the shell `bash` runs, the directory. Only what is true: `read`, `write` and `edit` stay
@@ -113,6 +115,8 @@ pub struct Session {
     log: Option<SessionLog>,
     /// Chapter 11: the part of the model's window a task may fill.
     budget: Budget,
+    /// Chapter 09: the handle through which a typed line reaches the run that is working.
+    steering: Steering,
 }
 
 impl Session {
@@ -137,7 +141,13 @@ impl Session {
             diffs: DiffWatch::default(),
             log: None,
             budget: compaction::budget(compaction::DEFAULT_CONTEXT_WINDOW),
+            steering: Steering::default(),
         })
+    }
+
+    /// Chapter 09: where a line typed while a task runs goes.
+    pub fn steering(&self) -> Steering {
+        self.steering.clone()
     }
 
     /// Runs one task to its end and keeps what happened for the next one, cancelled turns
@@ -166,7 +176,7 @@ impl Session {
         options.on_event = Some(self.diffs.sink(self.printer.sink()));
         options.max_steps = self.max_steps;
         let earlier = self.transcript.len();
-        let result = run_agent_loop(options).await;
+        let result = self.steering.run(options).await;
         if let Some(line) = usage_line(result.messages.get(earlier..).unwrap_or_default()) {
             eprintln!("{line}");
         }

@@ -2,6 +2,8 @@
 //!
 //! `pi -p "任务"` runs one task and exits; plain `pi` reads one task per line until Ctrl-D,
 //! with line editing and history when it runs in a terminal.
+//! Chapter 09: a line typed while a task runs is steering for it, `/followup …` queues a message
+//! for after its natural stop, and Ctrl-C aborts it; the session goes on.
 //! It talks to any OpenAI-compatible endpoint (`OPENAI_COMPATIBLE_BASE_URL`, `…_API_KEY`,
 //! `…_MODEL`) and works in the current directory, or in the one `-C` names.
 
@@ -14,7 +16,9 @@ mod project;
 mod render;
 mod session;
 mod session_store;
+mod steering;
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -29,6 +33,7 @@ use crate::config::Flags;
 use crate::input::{Input, Read};
 use crate::render::ending_line;
 use crate::session::Session;
+use crate::steering::Steering;
 
 /// The run ended with an error, a cut answer or the step bound.
 const EXIT_FAILED: u8 = 1;
@@ -177,6 +182,9 @@ struct Signals {
     interrupt: Signal,
     terminate: Signal,
     hang_up: Signal,
+    /// Chapter 09: in interactive mode, the line reader lent for the length of a turn. A line
+    /// typed then interrupts the work as a signal does, only more gently: it steers.
+    typing: Option<Typing>,
 }
 
 impl Signals {
@@ -185,6 +193,7 @@ impl Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
             hang_up: signal(SignalKind::hangup())?,
+            typing: None,
         })
     }
 
@@ -193,8 +202,98 @@ impl Signals {
             _ = self.interrupt.recv() => Stop::Interrupt,
             _ = self.terminate.recv() => Stop::Terminate,
             _ = self.hang_up.recv() => Stop::HangUp,
+            stop = typed(&mut self.typing) => stop,
         }
     }
+}
+
+/// Chapter 09: the line reader while a turn runs, and what it read that is not for this run.
+struct Typing {
+    input: Input,
+    steering: Steering,
+    /// Lines and ends of input to handle after the turn, in the order they came.
+    deferred: VecDeque<Read>,
+    /// A read was started and not answered: it may still be in flight when the turn ends.
+    reading: bool,
+    /// Input ended or failed: nothing more is read during this turn.
+    closed: bool,
+}
+
+impl Typing {
+    fn new(input: Input, steering: Steering) -> Typing {
+        Typing {
+            input,
+            steering,
+            deferred: VecDeque::new(),
+            reading: false,
+            closed: false,
+        }
+    }
+
+    /// A line typed while the run works: `/followup …` is queued for after its natural stop,
+    /// anything else steers it. A line the run can no longer take becomes the next task.
+    fn deliver(&mut self, line: String) {
+        if line.trim().is_empty() {
+            return;
+        }
+        if let Some(text) = follow_up_text(&line) {
+            match self.steering.follow_up(text) {
+                Ok(()) => eprintln!("pi：追加消息已排队，这次运行自然结束后交给模型：{text}"),
+                Err(refusal) => eprintln!("{refusal}"),
+            }
+            return;
+        }
+        // Chapter 11: `/compact` is for pi, not the model: it runs once this turn is over.
+        if line.trim() == "/compact" {
+            eprintln!("pi：/compact 等这次运行结束后再执行");
+            self.deferred.push_back(Read::Line(line));
+            return;
+        }
+        // Chapter 12: a `/name …` line is a prompt template, expanded when it runs as a task.
+        if line.trim_start().starts_with('/') {
+            eprintln!("pi：{} 等这次运行结束后作为下一个任务", line.trim());
+            self.deferred.push_back(Read::Line(line));
+            return;
+        }
+        match self.steering.steer(&line) {
+            Ok(()) => {
+                eprintln!("pi：插话已排队，当前这批工具调用结束后（或模型停下时）交给模型：{line}")
+            }
+            Err(_) => {
+                eprintln!("pi：现在没有可以插话的运行，这一行留作下一个任务：{line}");
+                self.deferred.push_back(Read::Line(line));
+            }
+        }
+    }
+}
+
+/// Chapter 09: lines typed while a turn runs, each handed to `Typing::deliver`. Never ready
+/// when no reader is lent or input has ended. At the line editor Ctrl-C arrives as a key, not
+/// as SIGINT (the terminal is in raw mode), and it means what SIGINT means: cancel the turn.
+async fn typed(typing: &mut Option<Typing>) -> Stop {
+    let Some(typing) = typing.as_mut().filter(|typing| !typing.closed) else {
+        return std::future::pending().await;
+    };
+    loop {
+        typing.reading = true;
+        let read = typing.input.read().await;
+        typing.reading = false;
+        match read {
+            Read::Line(line) => typing.deliver(line),
+            Read::Cleared => return Stop::Interrupt,
+            Read::End | Read::Failed(_) => {
+                typing.deferred.push_back(read);
+                typing.closed = true;
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// The text of a `/followup <text>` line; `None` for any other line.
+fn follow_up_text(line: &str) -> Option<&str> {
+    let rest = line.trim().strip_prefix("/followup")?;
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
 }
 
 /// Runs one task; a signal cancels it, and the turn still runs to its end so that every call
@@ -260,6 +359,14 @@ fn exit_at_prompt(stop: Stop, input: &mut Input) -> ! {
     std::process::exit(i32::from(stop.code()))
 }
 
+/// Chapter 09: pi ends after a turn during which lines were read. A read may still be in
+/// flight, as at the prompt, so pi ends at once and gives the terminal back.
+fn end_while_reading(stop: Stop, input: &mut Input) -> ! {
+    input.close();
+    eprintln!("pi：收到 {}，已取消并退出", stop.name());
+    std::process::exit(i32::from(stop.code()))
+}
+
 async fn print_mode(
     mut session: Session,
     prompt: &str,
@@ -286,9 +393,14 @@ async fn interactive_mode(
 ) -> ExitCode {
     let mut input = Input::open();
     eprintln!("pi 交互模式：每行一个任务；Ctrl-C 取消正在运行的回合，Ctrl-D 退出。");
+    eprintln!("运行中输入的一行是插话，当前这批工具调用结束后交给模型；/followup <文字> 等这次运行结束后再追加。");
+    // Chapter 09: what a turn read but did not take, handled before the next read.
+    let mut deferred: VecDeque<Read> = VecDeque::new();
     eprintln!("输入 /compact 把较早的历史压缩成摘要（只保留最近一次交互的原文）。");
     loop {
         let line = tokio::select! {
+            biased;
+            Some(read) = std::future::ready(deferred.pop_front()) => read,
             line = input.read() => line,
             stop = signals.recv() => {
                 if stop != Stop::Interrupt {
@@ -315,6 +427,13 @@ async fn interactive_mode(
         if task.trim().is_empty() {
             continue;
         }
+        // Chapter 09: `/followup` is for a running task; with none it is refused, not run.
+        if let Some(text) = follow_up_text(&task) {
+            if let Err(refusal) = session.steering().follow_up(text) {
+                eprintln!("{refusal}");
+            }
+            continue;
+        }
         // Chapter 11: `/compact` summarises the history now, keeping the newest interaction.
         if task.trim() == "/compact" {
             let (outcome, fatal) = cancellable_compaction(&mut session, &mut signals).await;
@@ -334,10 +453,36 @@ async fn interactive_mode(
                 continue;
             }
         };
+        signals.typing = Some(Typing::new(input, session.steering()));
+        // Chapter 12: with --confirm the gate asks on the terminal during the turn; the reader
+        // stays quiet then, or the two would take each other's keys.
+        if let Some(typing) = signals.typing.as_mut().filter(|_| session.confirms()) {
+            typing.closed = true;
+        }
         let (outcome, fatal) = cancellable_turn(&mut session, &task, &mut signals).await;
+        let typing = signals
+            .typing
+            .take()
+            .expect("回合结束后，借出的输入一定还在");
+        input = typing.input;
+        if let Some(stop) = fatal.filter(|_| typing.reading) {
+            end_while_reading(stop, &mut input);
+        }
         if let Some(stop) = fatal {
             return stopped(stop);
         }
+        // Messages the run ended without taking: after a natural stop they are the next
+        // tasks (they came too late for this one); after anything else they are only shown.
+        let stopped_naturally = matches!(&outcome, Ok(result) if result.reason == RunReason::Stop);
+        for text in session.steering().take_unsent() {
+            if stopped_naturally {
+                eprintln!("pi：运行在这一行送达之前结束了，它作为下一个任务：{text}");
+                deferred.push_back(Read::Line(text));
+            } else {
+                eprintln!("pi：运行没有正常结束，这一行没有交给模型：{text}");
+            }
+        }
+        deferred.extend(typing.deferred);
         match outcome {
             // The session goes on after a failed or cancelled turn; only its line is shown.
             Ok(result) => {

@@ -1,11 +1,12 @@
 //! One conversation: the model, the coding tools over one directory, and the transcript that
 //! every turn extends. Each turn is one run of the learner's agent loop.
+//! Chapter 09: that run goes through the learner's `Agent` (see `steering.rs`).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pi_course::agent_loop::{run_agent_loop, AgentLoopOptions, AgentRunResult};
+use pi_course::agent_loop::{AgentLoopOptions, AgentRunResult};
 use pi_course::coding_tools::CodingTools;
 use pi_course::context_compaction::{Budget, Fit};
 use pi_course::extensions::{
@@ -24,6 +25,7 @@ use crate::gate::Gate;
 use crate::project::Project;
 use crate::render::Printer;
 use crate::session_store::SessionLog;
+use crate::steering::Steering;
 
 /// What the model is told about its situation before the first task: the date, the system,
 /// the shell `bash` runs, the directory. Only what is true: `read`, `write` and `edit` stay
@@ -124,6 +126,8 @@ pub struct Session {
     /// The `pi-resources` system patch, until the first turn puts it into the transcript.
     resources: Option<AgentMessage>,
     gate: Option<Arc<Gate>>,
+    /// Chapter 09: the handle through which a typed line reaches the run that is working.
+    steering: Steering,
 }
 
 /// How long a hook may take. Generous, because the confirmation hook waits for a person.
@@ -171,7 +175,18 @@ impl Session {
             budget: compaction::budget(compaction::DEFAULT_CONTEXT_WINDOW),
             project,
             gate: None,
+            steering: Steering::default(),
         })
+    }
+
+    /// Chapter 09: where a line typed while a task runs goes.
+    pub fn steering(&self) -> Steering {
+        self.steering.clone()
+    }
+
+    /// Whether a confirmation gate asks before tools run (chapter 12's `--confirm`).
+    pub fn confirms(&self) -> bool {
+        self.gate.is_some()
     }
 
     /// Puts `gate` in front of the mutating tools of every later turn.
@@ -238,7 +253,7 @@ impl Session {
         options.on_event = Some(self.diffs.sink(self.printer.sink()));
         options.max_steps = self.max_steps;
         let earlier = self.transcript.len();
-        let result = run_agent_loop(options).await;
+        let result = self.steering.run(options).await;
         if let Some(line) = usage_line(result.messages.get(earlier..).unwrap_or_default()) {
             eprintln!("{line}");
         }
