@@ -450,7 +450,10 @@ impl Agent {
             joined = &mut running => joined.ok(),
             () = cancel.cancelled() => {
                 running.abort();
-                None
+                // On a multi-thread runtime the loop may be in the middle of a poll right
+                // now: wait until it has really stopped, so nothing it records can land
+                // after the run's end. If it finished first after all, its answer counts.
+                running.await.ok()
             }
         };
         // endregion
