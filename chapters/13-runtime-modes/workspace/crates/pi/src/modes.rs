@@ -378,7 +378,10 @@ pub async fn interactive_mode(mut app: App, mut signals: Signals) -> ExitCode {
     let steering = matches!(input, Input::Editor(_)) && !app.asks();
     eprintln!("pi 交互模式：每行一个任务；Ctrl-C 取消正在运行的回合，Ctrl-D 退出。");
     eprintln!("输入 /compact 把较早的历史压缩成摘要（只保留最近一次交互的原文）。");
-    eprintln!("/new 新会话，/resume 列出并切换会话，/session 查看当前会话，/exit 退出；任务进行中输入的一行是插话，/followup 文字 在任务结束后追加。");
+    eprintln!("/new 新会话，/resume 列出并切换会话，/session 查看当前会话，/exit 退出。");
+    if steering {
+        eprintln!("任务进行中输入一行就是插话；/followup 文字 等这个任务结束后接着做。");
+    }
     loop {
         let line = tokio::select! {
             line = input.read() => line,
