@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use pi_course::agent_loop::{AgentRunResult, RunReason};
-use pi_course::runtime_modes::{run_mode, ModeError};
+use pi_course::runtime_modes::{run_mode, ModeError, RuntimeControl};
 use pi_course::types::AgentMessage;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -172,12 +172,14 @@ async fn typed(input: &mut Option<&mut Input>) -> Read {
 
 /// One task through the runtime. A signal aborts the run; the run still ends and is
 /// persisted, so every call already made keeps its paired result. With `typing`, a line
-/// typed meanwhile steers the run and `/followup …` queues a follow-up.
+/// typed meanwhile steers the run and `/followup …` queues a follow-up; Ctrl-C in the line
+/// editor (which sees it as a key, not a signal) cancels the run, and Ctrl-D sets `ended`.
 async fn run_task(
     app: &mut App,
     task: &str,
     signals: &mut Signals,
     mut typing: Option<&mut Input>,
+    ended: &mut bool,
 ) -> (Result<AgentRunResult, String>, Option<Stop>) {
     if let Err((message, fatal)) = prepare(app, signals).await {
         return (Err(message), fatal);
@@ -199,9 +201,12 @@ async fn run_task(
             }
             line = typed(&mut typing) => match line {
                 Read::Line(line) => steer(&control, &line),
-                Read::Cleared => {}
-                // No more typing this run; the prompt loop sees the end again.
-                Read::End | Read::Failed(_) => typing = None,
+                Read::Cleared => interrupter.interrupt(&control),
+                // The session ends once this task has.
+                Read::End | Read::Failed(_) => {
+                    *ended = true;
+                    typing = None;
+                }
             },
         }
     };
@@ -214,21 +219,41 @@ async fn run_task(
     }
 }
 
-/// A line typed while the run works: `/followup text` waits for the run's end, any other
-/// text steers the run at its next step.
-fn steer(control: &pi_course::runtime_modes::RuntimeControl, line: &str) {
+/// What a line typed while a run works asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Typed {
+    /// Enters the run at its next step.
+    Steer(String),
+    /// Waits until the run would stop, then runs as the next turn of the same run.
+    FollowUp(String),
+    /// Not something a running task can take; the one line to show.
+    Refused(&'static str),
+    Nothing,
+}
+
+fn typed_line(line: &str) -> Typed {
     let line = line.trim();
-    let (queued, said) = match line.strip_prefix("/followup") {
-        Some(rest) if rest.is_empty() || rest.starts_with(' ') => (
-            control.follow_up(rest.trim()),
-            "已排队，这个任务结束后接着做",
-        ),
-        _ if line.is_empty() => return,
+    match line.strip_prefix("/followup") {
+        Some("") => Typed::Refused("/followup 后面要写追加的任务"),
+        Some(rest) if rest.starts_with(' ') => Typed::FollowUp(rest.trim().to_string()),
+        _ if line.is_empty() => Typed::Nothing,
         _ if line.starts_with('/') => {
-            eprintln!("pi：任务进行中只能插话或用 /followup 追加；命令请等任务结束");
+            Typed::Refused("任务进行中只能插话或用 /followup 追加；命令请等任务结束")
+        }
+        _ => Typed::Steer(line.to_string()),
+    }
+}
+
+/// Hands a typed line to the running task and says what became of it.
+fn steer(control: &RuntimeControl, line: &str) {
+    let (queued, said) = match typed_line(line) {
+        Typed::Steer(text) => (control.steer(&text), "已插话，模型的下一步会看到"),
+        Typed::FollowUp(text) => (control.follow_up(&text), "已排队，这个任务结束后接着做"),
+        Typed::Refused(message) => {
+            eprintln!("pi：{message}");
             return;
         }
-        _ => (control.steer(line), "已插话，模型的下一步会看到"),
+        Typed::Nothing => return,
     };
     match queued {
         Ok(()) => eprintln!("pi：{said}"),
@@ -237,7 +262,7 @@ fn steer(control: &pi_course::runtime_modes::RuntimeControl, line: &str) {
 }
 
 pub async fn print_mode(mut app: App, task: &str, mut signals: Signals) -> ExitCode {
-    let (outcome, fatal) = run_task(&mut app, task, &mut signals, None).await;
+    let (outcome, fatal) = run_task(&mut app, task, &mut signals, None, &mut false).await;
     app.close().await;
     if let Some(stop) = fatal {
         return stopped(stop);
@@ -471,7 +496,8 @@ pub async fn interactive_mode(mut app: App, mut signals: Signals) -> ExitCode {
             }
         };
         let typing = steering.then_some(&mut input);
-        let (outcome, fatal) = run_task(&mut app, &task, &mut signals, typing).await;
+        let mut ended = false;
+        let (outcome, fatal) = run_task(&mut app, &task, &mut signals, typing, &mut ended).await;
         if let Some(stop) = fatal {
             return stopped(stop);
         }
@@ -482,12 +508,42 @@ pub async fn interactive_mode(mut app: App, mut signals: Signals) -> ExitCode {
             }
             Err(message) => eprintln!("pi：{message}"),
         }
+        if ended {
+            eprintln!();
+            app.close().await;
+            return ExitCode::SUCCESS;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_typed_during_a_run_steers_follows_up_or_is_refused() {
+        assert_eq!(
+            typed_line(" 先别改测试 "),
+            Typed::Steer("先别改测试".into()),
+            "普通的一行是插话"
+        );
+        assert_eq!(
+            typed_line("/followup 然后跑一遍 cargo test"),
+            Typed::FollowUp("然后跑一遍 cargo test".into()),
+            "/followup 文字 是追加"
+        );
+        assert_eq!(
+            typed_line("/followup"),
+            Typed::Refused("/followup 后面要写追加的任务"),
+            "空的追加被拒绝"
+        );
+        assert_eq!(
+            typed_line("/followups"),
+            Typed::Refused("任务进行中只能插话或用 /followup 追加；命令请等任务结束"),
+            "别的命令要等任务结束"
+        );
+        assert_eq!(typed_line("   "), Typed::Nothing, "空行什么都不做");
+    }
 
     #[test]
     fn session_commands_templates_and_tasks_are_told_apart() {
