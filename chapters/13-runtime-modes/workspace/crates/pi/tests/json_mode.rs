@@ -141,6 +141,26 @@ async fn a_tool_call_then_an_answer_is_one_json_line_per_event_and_final_last() 
         "最后一行是 final：结束原因和最终回答"
     );
     assert_eq!(server.requests().len(), 2, "一次工具往返，两个模型请求");
+    let sessions = scratch.path().join(".local/state/pi/sessions");
+    let files: Vec<_> = std::fs::read_dir(&sessions)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|dir| {
+            std::fs::read_dir(dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|file| file.path())
+        .collect();
+    assert_eq!(files.len(), 1, "json 模式和打印模式一样写一个会话文件");
+    let written = std::fs::read_to_string(&files[0]).expect("会话文件可读");
+    assert_eq!(
+        written.lines().count(),
+        6,
+        "头部 + system + 用户 + 工具调用 + 工具结果 + 回答：{written}"
+    );
 }
 
 #[tokio::test]
