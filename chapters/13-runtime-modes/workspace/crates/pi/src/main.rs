@@ -19,6 +19,7 @@ mod project;
 mod render;
 mod session;
 mod session_store;
+mod steering;
 mod wiring;
 
 use std::path::PathBuf;

@@ -2,15 +2,17 @@
 //! only in what they show; every task goes through the learner's `Runtime` (`wiring.rs`), and
 //! a signal becomes `control.abort()`.
 
+use std::collections::VecDeque;
 use std::process::ExitCode;
 
 use pi_course::agent_loop::{AgentRunResult, RunReason};
-use pi_course::runtime_modes::{run_mode, ModeError, RuntimeControl};
+use pi_course::runtime_modes::{run_mode, ModeError};
 use pi_course::types::AgentMessage;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::input::{Input, Read};
+use crate::steering::{deliver, later_task, no_run_for_follow_up};
 use crate::render::ending_line;
 use crate::wiring::App;
 
@@ -179,6 +181,7 @@ async fn run_task(
     task: &str,
     signals: &mut Signals,
     mut typing: Option<&mut Input>,
+    later: &mut VecDeque<String>,
     ended: &mut bool,
 ) -> (Result<AgentRunResult, String>, Option<Stop>) {
     if let Err((message, fatal)) = prepare(app, signals).await {
@@ -190,6 +193,8 @@ async fn run_task(
     let run = app.runtime().prompt(task);
     tokio::pin!(run);
     let mut fatal = None;
+    // Once the run is being stopped, a typed line is for the next task, not for this run.
+    let mut stopping = false;
     let outcome = loop {
         tokio::select! {
             outcome = &mut run => break outcome,
@@ -197,11 +202,16 @@ async fn run_task(
                 if stop != Stop::Interrupt {
                     fatal = Some(stop);
                 }
+                stopping = true;
                 interrupter.interrupt(&control);
             }
             line = typed(&mut typing) => match line {
-                Read::Line(line) => steer(&control, &line),
-                Read::Cleared => interrupter.interrupt(&control),
+                Read::Line(line) if stopping => later_task(line, later),
+                Read::Line(line) => deliver(&control, line, later),
+                Read::Cleared => {
+                    stopping = true;
+                    interrupter.interrupt(&control);
+                }
                 // The session ends once this task has.
                 Read::End | Read::Failed(_) => {
                     *ended = true;
@@ -219,50 +229,17 @@ async fn run_task(
     }
 }
 
-/// What a line typed while a run works asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Typed {
-    /// Enters the run at its next step.
-    Steer(String),
-    /// Waits until the run would stop, then runs as the next turn of the same run.
-    FollowUp(String),
-    /// Not something a running task can take; the one line to show.
-    Refused(&'static str),
-    Nothing,
-}
-
-fn typed_line(line: &str) -> Typed {
-    let line = line.trim();
-    match line.strip_prefix("/followup") {
-        Some("") => Typed::Refused("/followup 后面要写追加的任务"),
-        Some(rest) if rest.starts_with(' ') => Typed::FollowUp(rest.trim().to_string()),
-        _ if line.is_empty() => Typed::Nothing,
-        _ if line.starts_with('/') => {
-            Typed::Refused("任务进行中只能插话或用 /followup 追加；命令请等任务结束")
-        }
-        _ => Typed::Steer(line.to_string()),
-    }
-}
-
-/// Hands a typed line to the running task and says what became of it.
-fn steer(control: &RuntimeControl, line: &str) {
-    let (queued, said) = match typed_line(line) {
-        Typed::Steer(text) => (control.steer(&text), "已插话，模型的下一步会看到"),
-        Typed::FollowUp(text) => (control.follow_up(&text), "已排队，这个任务结束后接着做"),
-        Typed::Refused(message) => {
-            eprintln!("pi：{message}");
-            return;
-        }
-        Typed::Nothing => return,
-    };
-    match queued {
-        Ok(()) => eprintln!("pi：{said}"),
-        Err(error) => eprintln!("pi：{error}"),
-    }
-}
-
 pub async fn print_mode(mut app: App, task: &str, mut signals: Signals) -> ExitCode {
-    let (outcome, fatal) = run_task(&mut app, task, &mut signals, None, &mut false).await;
+    let mut nothing_later = VecDeque::new();
+    let (outcome, fatal) = run_task(
+        &mut app,
+        task,
+        &mut signals,
+        None,
+        &mut nothing_later,
+        &mut false,
+    )
+    .await;
     app.close().await;
     if let Some(stop) = fatal {
         return stopped(stop);
@@ -339,6 +316,8 @@ enum Command {
     Exit,
     /// A line that cannot run; the one line to show.
     Refused(String),
+    /// `/followup text` with no run to take it.
+    NoRun(String),
 }
 
 /// `/new`, `/resume [N]`, `/compact`, `/session`, `/exit`, a prompt template `/name …`, or a
@@ -363,9 +342,10 @@ fn command(line: &str, template: impl Fn(&str) -> bool) -> Command {
         ("new" | "resume" | "compact" | "session" | "exit", _) => {
             Command::Refused(format!("/{name} 不接受这些参数：{}", argument.join(" ")))
         }
-        ("followup", _) => {
-            Command::Refused("/followup 只在任务进行中有用；现在直接输入任务即可".to_string())
+        ("followup", []) => {
+            Command::Refused("/followup 后面要跟要追加的文字，例如 /followup 再跑一遍测试".into())
         }
+        ("followup", _) => Command::NoRun(rest.trim_start_matches("followup").trim().to_string()),
         _ if template(name) => Command::Task(line.trim().to_string()),
         _ => Command::Refused(format!(
             "没有 /{name} 这个命令：可用 /new、/resume、/compact、/session、/exit，或 .pi/prompts/ 里的模板"
@@ -398,17 +378,26 @@ async fn cancellable_compaction(
 
 pub async fn interactive_mode(mut app: App, mut signals: Signals) -> ExitCode {
     let mut input = Input::open();
-    // A person at a terminal may type while a run works; piped lines are tasks, one after
-    // another. The confirmation gate asks on the terminal, so nothing else reads it then.
-    let steering = matches!(input, Input::Editor(_)) && !app.asks();
+    // Chapter 09: a line typed while a run works steers it. The confirmation gate asks on
+    // the terminal, so nothing else reads input while it may.
+    let steering = !app.asks();
     eprintln!("pi 交互模式：每行一个任务；Ctrl-C 取消正在运行的回合，Ctrl-D 退出。");
     eprintln!("输入 /compact 把较早的历史压缩成摘要（只保留最近一次交互的原文）。");
     eprintln!("/new 新会话，/resume 列出并切换会话，/session 查看当前会话，/exit 退出。");
     if steering {
-        eprintln!("任务进行中输入一行就是插话；/followup 文字 等这个任务结束后接着做。");
+        eprintln!("运行中输入的一行是插话，当前这批工具调用结束后交给模型；/followup <文字> 等这次运行结束后再追加。");
     }
+    // Lines typed during a run that run after it, in the order they came.
+    let mut later: VecDeque<String> = VecDeque::new();
+    // Input ended while a run worked: what was typed before still runs, then pi ends.
+    let mut input_ended = false;
     loop {
-        let line = tokio::select! {
+        let line = if let Some(line) = later.pop_front() {
+            Read::Line(line)
+        } else if input_ended {
+            Read::End
+        } else {
+            tokio::select! {
             line = input.read() => line,
             stop = signals.recv() => {
                 if stop != Stop::Interrupt {
@@ -417,6 +406,7 @@ pub async fn interactive_mode(mut app: App, mut signals: Signals) -> ExitCode {
                 eprintln!();
                 eprintln!("（没有正在运行的回合；按 Ctrl-D 退出）");
                 continue;
+            }
             }
         };
         let line = match line {
@@ -445,6 +435,10 @@ pub async fn interactive_mode(mut app: App, mut signals: Signals) -> ExitCode {
             }
             Command::Refused(message) => {
                 eprintln!("pi：{message}");
+                continue;
+            }
+            Command::NoRun(text) => {
+                eprintln!("{}", no_run_for_follow_up(&text));
                 continue;
             }
             Command::Session => {
@@ -497,10 +491,36 @@ pub async fn interactive_mode(mut app: App, mut signals: Signals) -> ExitCode {
         };
         let typing = steering.then_some(&mut input);
         let mut ended = false;
-        let (outcome, fatal) = run_task(&mut app, &task, &mut signals, typing, &mut ended).await;
+        let mut typed_later = VecDeque::new();
+        let (outcome, fatal) = run_task(
+            &mut app,
+            &task,
+            &mut signals,
+            typing,
+            &mut typed_later,
+            &mut ended,
+        )
+        .await;
         if let Some(stop) = fatal {
-            return stopped(stop);
+            // A read of stdin may still be in flight on tokio's blocking pool, and shutting
+            // the runtime down would wait for it; the run is already on disk.
+            app.close().await;
+            input.close();
+            let _ = stopped(stop);
+            std::process::exit(i32::from(stop.code()));
         }
+        // Messages the run ended without taking: after a natural stop they are the next
+        // tasks (they came too late for this one); after anything else they are only shown.
+        let natural = matches!(&outcome, Ok(result) if result.reason == RunReason::Stop);
+        for text in app.take_unsent() {
+            if natural {
+                eprintln!("pi：运行在这一行送达之前结束了，它作为下一个任务：{text}");
+                later.push_back(text);
+            } else {
+                eprintln!("pi：运行没有正常结束，这一行没有交给模型：{text}");
+            }
+        }
+        later.extend(typed_later);
         match outcome {
             // The session goes on after a failed or cancelled turn; only its line is shown.
             Ok(result) => {
@@ -508,42 +528,13 @@ pub async fn interactive_mode(mut app: App, mut signals: Signals) -> ExitCode {
             }
             Err(message) => eprintln!("pi：{message}"),
         }
-        if ended {
-            eprintln!();
-            app.close().await;
-            return ExitCode::SUCCESS;
-        }
+        input_ended |= ended;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_line_typed_during_a_run_steers_follows_up_or_is_refused() {
-        assert_eq!(
-            typed_line(" 先别改测试 "),
-            Typed::Steer("先别改测试".into()),
-            "普通的一行是插话"
-        );
-        assert_eq!(
-            typed_line("/followup 然后跑一遍 cargo test"),
-            Typed::FollowUp("然后跑一遍 cargo test".into()),
-            "/followup 文字 是追加"
-        );
-        assert_eq!(
-            typed_line("/followup"),
-            Typed::Refused("/followup 后面要写追加的任务"),
-            "空的追加被拒绝"
-        );
-        assert_eq!(
-            typed_line("/followups"),
-            Typed::Refused("任务进行中只能插话或用 /followup 追加；命令请等任务结束"),
-            "别的命令要等任务结束"
-        );
-        assert_eq!(typed_line("   "), Typed::Nothing, "空行什么都不做");
-    }
 
     #[test]
     fn session_commands_templates_and_tasks_are_told_apart() {

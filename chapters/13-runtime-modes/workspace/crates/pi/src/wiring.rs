@@ -25,7 +25,7 @@ use pi_course::runtime_modes::{
 };
 use pi_course::session_tree::{AppendError, SessionEntry};
 use pi_course::tool::ToolRegistry;
-use pi_course::types::{now_ms, Model};
+use pi_course::types::{now_ms, text_of, AgentMessage, Model};
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::{self, estimate_tokens};
@@ -146,6 +146,8 @@ pub struct Parts {
     log: SharedLog,
     ids: Arc<AtomicU64>,
     interrupter: Interrupter,
+    /// Chapter 09: steering and follow-ups the last run ended without taking, as text.
+    unsent: Arc<Mutex<Vec<String>>>,
 }
 
 /// The parts and the one runtime currently built from them.
@@ -208,6 +210,7 @@ impl App {
             log: Arc::new(Mutex::new(Some(log))),
             ids: Arc::default(),
             interrupter: Interrupter::default(),
+            unsent: Arc::default(),
         };
         let (runtime, shown) = parts.build_runtime()?;
         Ok(App {
@@ -227,6 +230,11 @@ impl App {
     }
 
     /// A signal's answer to the running task (see `interrupt.rs`).
+    /// The messages the last run ended without taking, oldest first; the caller decides.
+    pub fn take_unsent(&self) -> Vec<String> {
+        std::mem::take(&mut *self.unsent.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     pub fn interrupter(&self) -> Interrupter {
         self.interrupter.clone()
     }
@@ -251,12 +259,13 @@ impl App {
 }
 
 impl Parts {
-    /// A runtime on the newest leaf of the current file. A file without messages gets pi's
-    /// system prompt and the project's resources; a resumed one keeps its own.
+    /// A runtime on the newest leaf of the current file. It always wants pi's system prompt
+    /// and the project's resources as they are now: a new file starts with them, and a
+    /// resumed one gets a system patch only when they changed since (a new day, an edited
+    /// AGENTS.md), so the model never works from stale instructions.
     fn build_runtime(&self) -> Result<(Runtime, Option<Subscription>), String> {
         let store = LogStore(Arc::clone(&self.log));
         let entries = store.entries();
-        let fresh = entries.is_empty();
         // Ids count on from the file's entries, header included, as chapter 10's pi did.
         self.ids.store(entries.len() as u64 + 2, Ordering::SeqCst);
         let registry = self
@@ -271,16 +280,13 @@ impl Parts {
         };
         let mut config = RuntimeConfig::new(entries.last().map(|entry| entry.id.as_str()), context);
         config.max_steps = self.max_steps;
-        if fresh {
-            config.system_prompt = Some(self.base_prompt.clone());
-        }
+        config.system_prompt = Some(self.base_prompt.clone());
         let ids = Arc::clone(&self.ids);
         let deps = RuntimeDeps {
             model: Arc::new(self.interrupter.wrap(Arc::clone(&self.model))),
             tools: host.registry(),
             session: Arc::new(store),
-            resources: (fresh && !self.project.section.is_empty())
-                .then(|| self.project.section.clone()),
+            resources: (!self.project.section.is_empty()).then(|| self.project.section.clone()),
             extensions: Some(host),
             create_id: Arc::new(move || {
                 format!("{:x}-{}", now_ms(), ids.fetch_add(1, Ordering::SeqCst))
@@ -297,13 +303,59 @@ impl Parts {
     }
 
     /// Rendering is one more subscriber: the runtime's loop events feed pi's `Printer`
-    /// (through the diff watch), and the end of a run ends the line, however it ended.
+    /// (through the diff watch), a delivered steering or follow-up line is named, and the
+    /// end of a run ends the line, however it ended, keeping what it did not take.
     fn show(&self, runtime: &Runtime) -> Subscription {
         let sink = self.diffs.sink(self.printer.sink());
+        let unsent = Arc::clone(&self.unsent);
+        // Calls started and not answered yet: an abort stops the loop before it reports
+        // them, and the Agent pairs them in the run's end instead.
+        let running: Mutex<Vec<String>> = Mutex::default();
         runtime.control().subscribe(move |event, _| match event {
-            AgentEvent::Loop { event, .. } => sink(event.clone()),
-            AgentEvent::RunEnd { reason, .. } => sink(LoopEvent::TurnEnd(*reason)),
-            AgentEvent::RunStart { .. } | AgentEvent::Delivered { .. } => {}
+            AgentEvent::Loop { event, .. } => {
+                let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
+                match event {
+                    LoopEvent::ToolStart(call) => running.push(call.id.clone()),
+                    LoopEvent::ToolEnd(result) | LoopEvent::ToolSkipped(result) => {
+                        running.retain(|id| *id != result.tool_call_id)
+                    }
+                    _ => {}
+                }
+                drop(running);
+                sink(event.clone());
+            }
+            AgentEvent::Delivered { messages, .. } => {
+                for message in messages.iter().filter(|m| matches!(m, AgentMessage::User(_))) {
+                    eprintln!("pi：已交给模型：{}", text_of(message));
+                }
+            }
+            AgentEvent::RunEnd {
+                reason,
+                messages,
+                unsent: left,
+                ..
+            } => {
+                let cut: Vec<String> = std::mem::take(
+                    &mut *running.lock().unwrap_or_else(PoisonError::into_inner),
+                );
+                for message in messages {
+                    if let AgentMessage::ToolResult(result) = message {
+                        if cut.contains(&result.tool_call_id) {
+                            sink(LoopEvent::ToolSkipped(result.clone()));
+                        }
+                    }
+                }
+                sink(LoopEvent::TurnEnd(*reason));
+                let texts = left
+                    .iter()
+                    .filter(|message| matches!(message, AgentMessage::User(_)))
+                    .map(text_of);
+                unsent
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend(texts);
+            }
+            AgentEvent::RunStart { .. } => {}
         })
     }
 

@@ -9,7 +9,7 @@ use std::process::{Output, Stdio};
 use openai_mock::{MockServer, Reply};
 use serde_json::Value;
 use support::{text, Scratch};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `home/` and `work/` inside one scratch directory.
 fn scratch(name: &str) -> Scratch {
@@ -53,6 +53,48 @@ async fn pi(server: &MockServer, scratch: &Scratch, args: &[&str], input: &str) 
     support::finish(child).await
 }
 
+/// pi with `task` typed first and `rest` only once that task has ended (its usage line is on
+/// stderr): a line typed while a task runs would steer it (chapter 09), and these tests are
+/// about what pi does between tasks.
+async fn pi_after_task(
+    server: &MockServer,
+    scratch: &Scratch,
+    task: &str,
+    rest: &str,
+) -> Output {
+    let home = scratch.path().join("home");
+    let work = scratch.path().join("work");
+    let mut child = support::pi(&server.base_url(), &home, &work, &[])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("能启动 pi");
+    let mut stdin = child.stdin.take().expect("stdin 是管道");
+    let mut stderr = child.stderr.take().expect("stderr 是管道");
+    stdin
+        .write_all(format!("{task}\n").as_bytes())
+        .await
+        .expect("能写 stdin");
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !text(&seen).contains("用量：") {
+        let read = tokio::time::timeout(support::LIMIT, stderr.read(&mut chunk))
+            .await
+            .expect("任务应当在 30 秒内结束")
+            .expect("能读 stderr");
+        assert!(read > 0, "pi 在任务结束前退出了：{}", text(&seen));
+        seen.extend_from_slice(&chunk[..read]);
+    }
+    stdin.write_all(rest.as_bytes()).await.expect("能写 stdin");
+    drop(stdin);
+    stderr
+        .read_to_end(&mut seen)
+        .await
+        .expect("能读完 stderr");
+    let mut output = support::finish(child).await;
+    output.stderr = seen;
+    output
+}
+
 /// stderr as lines, without the `> ` prompts plain input prints before each read.
 fn said(output: &Output) -> Vec<String> {
     text(&output.stderr)
@@ -77,10 +119,11 @@ fn entries(file: &Path) -> Vec<Value> {
 }
 
 /// The lines interactive pi opens with on a pipe.
-const BANNER: [&str; 3] = [
+const BANNER: [&str; 4] = [
     "pi 交互模式：每行一个任务；Ctrl-C 取消正在运行的回合，Ctrl-D 退出。",
     "输入 /compact 把较早的历史压缩成摘要（只保留最近一次交互的原文）。",
     "/new 新会话，/resume 列出并切换会话，/session 查看当前会话，/exit 退出。",
+    "运行中输入的一行是插话，当前这批工具调用结束后交给模型；/followup <文字> 等这次运行结束后再追加。",
 ];
 
 /// pi's token estimate (chapter 11): about four bytes a token, plus four per message.
@@ -114,11 +157,11 @@ async fn session_new_an_unknown_command_and_exit() {
     let server = MockServer::start(vec![Reply::text("记住了。")])
         .await
         .expect("本地服务器应当能启动");
-    let output = pi(
+    let output = pi_after_task(
         &server,
         &scratch,
-        &[],
-        "记住 42\n/session\n/new\n/session\n/x\n/exit\n这一行不该运行\n",
+        "记住 42",
+        "/session\n/new\n/session\n/x\n/exit\n这一行不该运行\n",
     )
     .await;
     assert_eq!(
