@@ -137,6 +137,82 @@ fn pick_mode(mode: Option<&str>, task: bool) -> Result<RuntimeMode, String> {
     }
 }
 
+/// What this start of pi does, once the command line has been checked.
+enum Launch {
+    /// `--resume`: the listing to print; nothing runs.
+    Sessions(String),
+    Run {
+        mode: RuntimeMode,
+        /// Boxed: it is large, and the other variant is one string.
+        settings: Box<Settings>,
+        task: Option<String>,
+    },
+}
+
+/// Every check of the command line and the environment, before anything runs. A refusal is
+/// the one line pi prints after `pi：`.
+fn plan(args: Args) -> Result<Launch, String> {
+    if args
+        .print
+        .as_deref()
+        .is_some_and(|task| task.trim().is_empty())
+    {
+        return Err("-p 后面的任务不能为空".to_string());
+    }
+    let mode = pick_mode(args.mode.as_deref(), args.print.is_some())?;
+    let cwd = std::env::current_dir().map_err(|error| format!("读不到当前目录：{error}"))?;
+    let flags = Flags {
+        base_url: args.base_url,
+        model: args.model,
+        root: args.root,
+    };
+    let config = config::resolve(flags, |name| std::env::var(name).ok(), cwd)
+        .map_err(|error| error.to_string())?;
+    if args.resume {
+        return session_store::list_sessions(args.session_dir.as_deref(), &config)
+            .map(Launch::Sessions);
+    }
+    if !args.allow.is_empty() && !args.confirm {
+        return Err("--allow 只能和 --confirm 一起使用".to_string());
+    }
+    let rules = args
+        .allow
+        .iter()
+        .map(|rule| gate::Rule::parse(rule))
+        .collect::<Result<Vec<_>, _>>()?;
+    let context_window =
+        compaction::context_window(args.context_window, |name| std::env::var(name).ok())?;
+    // In print and json mode nobody is there to answer, so the gate decides by the rules.
+    let gate = args.confirm.then_some(gate::Gate {
+        rules,
+        ask: match mode {
+            RuntimeMode::Interactive => gate::Ask::Terminal,
+            RuntimeMode::Print | RuntimeMode::Json => gate::Ask::Never,
+        },
+    });
+    let settings = Settings {
+        config,
+        max_steps: args.max_steps as usize,
+        context_window,
+        choice: session_store::Choice {
+            file: args.session,
+            continue_newest: args.continue_session,
+            dir: args.session_dir,
+            repair: args.repair,
+        },
+        gate,
+        render: match mode {
+            RuntimeMode::Json => Render::Errors,
+            RuntimeMode::Interactive | RuntimeMode::Print => Render::Terminal,
+        },
+    };
+    Ok(Launch::Run {
+        mode,
+        settings: Box::new(settings),
+        task: args.print,
+    })
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     modes::install_panic_hook();
@@ -156,102 +232,22 @@ async fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    if args
-        .print
-        .as_deref()
-        .is_some_and(|task| task.trim().is_empty())
-    {
-        eprintln!("pi：-p 后面的任务不能为空");
-        return ExitCode::from(EXIT_USAGE);
-    }
-    let mode = match pick_mode(args.mode.as_deref(), args.print.is_some()) {
-        Ok(mode) => mode,
-        Err(message) => {
-            eprintln!("pi：{message}");
+    let (mode, settings, task) = match plan(args) {
+        Ok(Launch::Run {
+            mode,
+            settings,
+            task,
+        }) => (mode, settings, task),
+        Ok(Launch::Sessions(listing)) => {
+            print!("{listing}");
+            return ExitCode::SUCCESS;
+        }
+        Err(refusal) => {
+            eprintln!("pi：{refusal}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let cwd = match std::env::current_dir() {
-        Ok(cwd) => cwd,
-        Err(error) => {
-            eprintln!("pi：读不到当前目录：{error}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let flags = Flags {
-        base_url: args.base_url,
-        model: args.model,
-        root: args.root,
-    };
-    let config = match config::resolve(flags, |name| std::env::var(name).ok(), cwd) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("pi：{error}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    if args.resume {
-        return match session_store::list_sessions(args.session_dir.as_deref(), &config) {
-            Ok(listing) => {
-                print!("{listing}");
-                ExitCode::SUCCESS
-            }
-            Err(message) => {
-                eprintln!("pi：{message}");
-                ExitCode::from(EXIT_USAGE)
-            }
-        };
-    }
-    let max_steps = args.max_steps as usize;
-    if !args.allow.is_empty() && !args.confirm {
-        eprintln!("pi：--allow 只能和 --confirm 一起使用");
-        return ExitCode::from(EXIT_USAGE);
-    }
-    let rules = match args
-        .allow
-        .iter()
-        .map(|rule| gate::Rule::parse(rule))
-        .collect()
-    {
-        Ok(rules) => rules,
-        Err(message) => {
-            eprintln!("pi：{message}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let context_window =
-        match compaction::context_window(args.context_window, |name| std::env::var(name).ok()) {
-            Ok(window) => window,
-            Err(message) => {
-                eprintln!("pi：{message}");
-                return ExitCode::from(EXIT_USAGE);
-            }
-        };
-    // In print and json mode nobody is there to answer, so the gate decides by the rules.
-    let gate = args.confirm.then_some(gate::Gate {
-        rules,
-        ask: match mode {
-            RuntimeMode::Interactive => gate::Ask::Terminal,
-            RuntimeMode::Print | RuntimeMode::Json => gate::Ask::Never,
-        },
-    });
-    let settings = Settings {
-        config,
-        max_steps,
-        context_window,
-        choice: session_store::Choice {
-            file: args.session,
-            continue_newest: args.continue_session,
-            dir: args.session_dir,
-            repair: args.repair,
-        },
-        gate,
-        render: match mode {
-            RuntimeMode::Json => Render::Errors,
-            RuntimeMode::Interactive | RuntimeMode::Print => Render::Terminal,
-        },
-    };
-    let app = match App::build(settings).await {
+    let app = match App::build(*settings).await {
         Ok(app) => app,
         Err(message) => {
             eprintln!("pi：{message}");
@@ -268,7 +264,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    match (mode, args.print) {
+    match (mode, task) {
         (RuntimeMode::Json, Some(task)) => modes::json_mode(app, &task, signals).await,
         (_, Some(task)) => modes::print_mode(app, &task, signals).await,
         (_, None) => modes::interactive_mode(app, signals).await,
