@@ -253,7 +253,13 @@ type Seen = Arc<Mutex<Vec<EvalObservation>>>;
 
 /// A case over a fake runtime: `prepare` logs and builds from `spec`; the judge logs, keeps a
 /// copy of what it saw and answers `verdict`.
-fn case(id: &str, files: &[&str], spec: &Spec, log: &Log, verdict: TaskVerdict) -> (EvalCase, Seen) {
+fn case(
+    id: &str,
+    files: &[&str],
+    spec: &Spec,
+    log: &Log,
+    verdict: TaskVerdict,
+) -> (EvalCase, Seen) {
     let seen: Seen = Arc::default();
     let (for_prepare, log_prepare) = (spec.clone(), Arc::clone(log));
     let (tag, log_judge, seen_judge) = (spec.tag.clone(), Arc::clone(log), Arc::clone(&seen));
@@ -340,9 +346,19 @@ mod runner {
         let (fresh, _) = case("fresh", &["notes.md"], &spec, &log, pass());
         for round in 1..=2 {
             let report = within("运行一个 case", run_eval_case(&fresh)).await;
-            assert_eq!(report.status, EvalStatus::Passed, "第 {round} 次运行：任务通过就是 passed");
-            assert_eq!(report.primary_failure, None, "第 {round} 次运行：通过的报告没有主因");
-            assert!(report.secondary_failures.is_empty(), "第 {round} 次运行：通过的报告没有后续故障");
+            assert_eq!(
+                report.status,
+                EvalStatus::Passed,
+                "第 {round} 次运行：任务通过就是 passed"
+            );
+            assert_eq!(
+                report.primary_failure, None,
+                "第 {round} 次运行：通过的报告没有主因"
+            );
+            assert!(
+                report.secondary_failures.is_empty(),
+                "第 {round} 次运行：通过的报告没有后续故障"
+            );
         }
         let once: Vec<String> = steps(&FULL_RUN);
         assert_eq!(
@@ -387,7 +403,10 @@ mod runner {
         entries.extend(chain_below(
             Some("m1"),
             "x",
-            &[answer("RAW_UNSELECTED_BRANCH"), user("RAW_UNSELECTED_BRANCH")],
+            &[
+                answer("RAW_UNSELECTED_BRANCH"),
+                user("RAW_UNSELECTED_BRANCH"),
+            ],
         ));
         let spec = Spec {
             entries,
@@ -414,8 +433,16 @@ mod runner {
             vec![("notes.md".to_string(), "声明过的".to_string())],
             "judge 只看到声明过的文件，按声明顺序"
         );
-        assert_eq!(observation.file("private.md"), None, "没声明的文件不进入观察值");
-        assert_eq!(observation.result.messages, simple(), "观察值带着这次运行的结果");
+        assert_eq!(
+            observation.file("private.md"),
+            None,
+            "没声明的文件不进入观察值"
+        );
+        assert_eq!(
+            observation.result.messages,
+            simple(),
+            "观察值带着这次运行的结果"
+        );
         assert!(
             !log_of(&log).iter().any(|step| step == "read private.md"),
             "runner 只读声明过的文件"
@@ -425,10 +452,30 @@ mod runner {
     #[tokio::test]
     async fn execution_and_collection_faults_are_different_infra_phases() {
         let cases = [
-            ("prompt", EvalPhase::Execute, EvalFailureCode::ExecuteFailed, 2),
-            ("flush", EvalPhase::Execute, EvalFailureCode::ExecuteFailed, 3),
-            ("entries", EvalPhase::Collect, EvalFailureCode::CollectFailed, 4),
-            ("read", EvalPhase::Collect, EvalFailureCode::CollectFailed, 5),
+            (
+                "prompt",
+                EvalPhase::Execute,
+                EvalFailureCode::ExecuteFailed,
+                2,
+            ),
+            (
+                "flush",
+                EvalPhase::Execute,
+                EvalFailureCode::ExecuteFailed,
+                3,
+            ),
+            (
+                "entries",
+                EvalPhase::Collect,
+                EvalFailureCode::CollectFailed,
+                4,
+            ),
+            (
+                "read",
+                EvalPhase::Collect,
+                EvalFailureCode::CollectFailed,
+                5,
+            ),
         ];
         for (step, phase, code, reached) in cases {
             let log: Log = Arc::default();
@@ -490,7 +537,9 @@ mod runner {
             "已经存在的目录不是新的工作区，必须拒绝"
         );
         assert_eq!(
-            fs::read_to_string(base.0.join("case-1/notes/a.txt")).ok().as_deref(),
+            fs::read_to_string(base.0.join("case-1/notes/a.txt"))
+                .ok()
+                .as_deref(),
             Some("甲"),
             "拒绝时不能改动已有的文件"
         );
@@ -590,13 +639,19 @@ mod protocol {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_verdict_decides_the_task_and_a_contradiction_is_the_judges() {
         let table = [
             (verdict(true, &[true, true]), Ok(true)),
             (verdict(false, &[true, false]), Ok(false)),
-            (verdict(true, &[true, false]), Err(EvalFailureCode::InvalidVerdict)),
-            (verdict(false, &[true, true]), Err(EvalFailureCode::InvalidVerdict)),
+            (
+                verdict(true, &[true, false]),
+                Err(EvalFailureCode::InvalidVerdict),
+            ),
+            (
+                verdict(false, &[true, true]),
+                Err(EvalFailureCode::InvalidVerdict),
+            ),
             (verdict(true, &[]), Err(EvalFailureCode::InvalidVerdict)),
             (verdict(false, &[]), Err(EvalFailureCode::InvalidVerdict)),
         ];
@@ -622,7 +677,7 @@ mod protocol {
             let log: Log = Arc::default();
             let spec = Spec::consistent(&simple()).file("notes.md", "x");
             let (judged, _) = case("judged", &["notes.md"], &spec, &log, given.clone());
-            let report = run_eval_case(&judged).await;
+            let report = within("judge 给出 verdict 的 case", run_eval_case(&judged)).await;
             assert_eq!(
                 (report.status, report.primary_failure),
                 (status, Some(failure)),
@@ -636,48 +691,171 @@ mod protocol {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_active_path_rejects_inconsistent_transcripts() {
         use EvalFailureCode::*;
         let read = ("c1", "read");
         let table: Vec<(&str, Vec<AgentMessage>, EvalFailureCode)> = vec![
             ("只有 system", vec![system("s")], MissingUserInteraction),
-            ("最后的 user 没有回答", vec![user("q"), answer("a"), user("q2")], IncompleteUserInteraction),
-            ("assistant 在任何 user 之前", vec![answer("a"), user("q"), answer("b")], AssistantWithoutUser),
-            ("工具结果在任何 user 之前", vec![result("c1", "read", false), user("q"), answer("a")], ToolCallWithoutUser),
-            ("同一条路径上重复的调用 id", vec![user("q"), calls(&[read]), result("c1", "read", false), calls(&[read]), result("c1", "read", false), answer("a")], DuplicateToolCall),
-            ("没有对应调用的结果", vec![user("q"), calls(&[read]), result("c9", "read", false), answer("a")], OrphanToolResult),
-            ("同一个调用两个结果", vec![user("q"), calls(&[read]), result("c1", "read", false), result("c1", "read", false), answer("a")], DuplicateToolResult),
-            ("结果的工具名和调用不同", vec![user("q"), calls(&[read]), result("c1", "bash", false), answer("a")], ToolNameMismatch),
-            ("调用一直没有结果", vec![user("q"), calls(&[read])], UnpairedToolCall),
-            ("下一个 assistant 之后才补交结果", vec![user("q"), calls(&[read]), answer("先不管"), result("c1", "read", false)], UnpairedToolCall),
-            ("新的 user 打断了没答完的调用", vec![user("q"), calls(&[read]), user("q2"), answer("a")], UnpairedToolCall),
+            (
+                "最后的 user 没有回答",
+                vec![user("q"), answer("a"), user("q2")],
+                IncompleteUserInteraction,
+            ),
+            (
+                "assistant 在任何 user 之前",
+                vec![answer("a"), user("q"), answer("b")],
+                AssistantWithoutUser,
+            ),
+            (
+                "工具结果在任何 user 之前",
+                vec![result("c1", "read", false), user("q"), answer("a")],
+                ToolCallWithoutUser,
+            ),
+            (
+                "同一条路径上重复的调用 id",
+                vec![
+                    user("q"),
+                    calls(&[read]),
+                    result("c1", "read", false),
+                    calls(&[read]),
+                    result("c1", "read", false),
+                    answer("a"),
+                ],
+                DuplicateToolCall,
+            ),
+            (
+                "没有对应调用的结果",
+                vec![
+                    user("q"),
+                    calls(&[read]),
+                    result("c9", "read", false),
+                    answer("a"),
+                ],
+                OrphanToolResult,
+            ),
+            (
+                "同一个调用两个结果",
+                vec![
+                    user("q"),
+                    calls(&[read]),
+                    result("c1", "read", false),
+                    result("c1", "read", false),
+                    answer("a"),
+                ],
+                DuplicateToolResult,
+            ),
+            (
+                "结果的工具名和调用不同",
+                vec![
+                    user("q"),
+                    calls(&[read]),
+                    result("c1", "bash", false),
+                    answer("a"),
+                ],
+                ToolNameMismatch,
+            ),
+            (
+                "调用一直没有结果",
+                vec![user("q"), calls(&[read])],
+                UnpairedToolCall,
+            ),
+            (
+                "下一个 assistant 之后才补交结果",
+                vec![
+                    user("q"),
+                    calls(&[read]),
+                    answer("先不管"),
+                    result("c1", "read", false),
+                ],
+                UnpairedToolCall,
+            ),
+            (
+                "新的 user 打断了没答完的调用",
+                vec![
+                    user("q"),
+                    calls(&[read]),
+                    user("q2"),
+                    result("c1", "read", false),
+                    answer("a"),
+                ],
+                UnpairedToolCall,
+            ),
         ];
         for (what, messages, code) in table {
-            assert_eq!(check_protocol(&messages), Err(code), "{what}：必须以 {code:?} 拒绝");
+            assert_eq!(
+                check_protocol(&messages),
+                Err(code),
+                "{what}：必须以 {code:?} 拒绝"
+            );
         }
         assert_eq!(
-            check_protocol(&[user("q"), calls(&[read, ("c2", "bash")]), result("c2", "bash", true), result("c1", "read", false), answer("a")]),
+            check_protocol(&[
+                user("q"),
+                calls(&[read, ("c2", "bash")]),
+                result("c2", "bash", true),
+                result("c1", "read", false),
+                answer("a")
+            ]),
             Ok(()),
             "同一批调用的结果可以按任意顺序回来，出错的结果也是结果"
         );
 
-        let orphan = vec![user("q"), calls(&[read]), result("c9", "read", false), answer("a")];
+        let orphan = vec![
+            user("q"),
+            calls(&[read]),
+            result("c9", "read", false),
+            answer("a"),
+        ];
         let mut mismatched = Spec::consistent(&simple());
         mismatched.result.push(answer("路径上没有这一条"));
         let runs = [
-            ("没有活动 leaf", Spec { leaf: None, ..Spec::consistent(&simple()) }, MissingActiveLeaf),
-            ("活动 leaf 不在会话里", Spec { leaf: Some("nope".into()), ..Spec::consistent(&simple()) }, InvalidActivePath),
-            ("运行结果和会话路径不一致", mismatched, ResultSessionMismatch),
-            ("路径上有孤立的结果", Spec::consistent(&orphan), OrphanToolResult),
+            (
+                "没有活动 leaf",
+                Spec {
+                    leaf: None,
+                    ..Spec::consistent(&simple())
+                },
+                MissingActiveLeaf,
+            ),
+            (
+                "活动 leaf 不在会话里",
+                Spec {
+                    leaf: Some("nope".into()),
+                    ..Spec::consistent(&simple())
+                },
+                InvalidActivePath,
+            ),
+            (
+                "运行结果和会话路径不一致",
+                mismatched,
+                ResultSessionMismatch,
+            ),
+            (
+                "路径上有孤立的结果",
+                Spec::consistent(&orphan),
+                OrphanToolResult,
+            ),
         ];
         for (what, spec, code) in runs {
             let log: Log = Arc::default();
-            let (broken, seen) = case("broken", &["notes.md"], &spec.file("notes.md", "x"), &log, pass());
-            let report = run_eval_case(&broken).await;
+            let (broken, seen) = case(
+                "broken",
+                &["notes.md"],
+                &spec.file("notes.md", "x"),
+                &log,
+                pass(),
+            );
+            let report = within("协议不成立的 case", run_eval_case(&broken)).await;
             assert_eq!(
                 (report.status, report.primary_failure),
-                (EvalStatus::ProtocolFailed, Some(EvalFailure { phase: EvalPhase::Protocol, code })),
+                (
+                    EvalStatus::ProtocolFailed,
+                    Some(EvalFailure {
+                        phase: EvalPhase::Protocol,
+                        code
+                    })
+                ),
                 "{what}：是协议故障 protocol/{code:?}"
             );
             assert!(lock(&seen).is_empty(), "{what}：协议不成立时不调用 judge");
@@ -689,7 +867,7 @@ mod protocol {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn system_messages_sit_outside_the_pairing() {
         let transcript = vec![
             system("基础"),
@@ -714,7 +892,9 @@ mod protocol {
         let spec = Spec::consistent(&transcript).file("notes.md", "x");
         let (with_system, _) = case("system", &["notes.md"], &spec, &log, pass());
         assert_eq!(
-            run_eval_case(&with_system).await.status,
+            within("带 system 补丁的 case", run_eval_case(&with_system))
+                .await
+                .status,
             EvalStatus::Passed,
             "带 system 补丁的一致 transcript 通过"
         );
@@ -747,7 +927,9 @@ mod protocol {
             "prepare-panic",
             "p",
             &[],
-            || async { panic!("prepare 的 panic 必须被 runner 接住，正文不能进报告：{SECRET}") },
+            || async {
+                panic!("prepare 的 panic 必须被 runner 接住，正文不能进报告：{SECRET}")
+            },
             |_| Ok(pass()),
         );
         let prepare_panics_at_call = EvalCase::new(
@@ -763,7 +945,10 @@ mod protocol {
             let report = within("prepare 失败的 case", run_eval_case(&prepare_case)).await;
             assert_eq!(
                 (report.status, report.primary_failure),
-                (EvalStatus::InfraFailed, Some(EvalFailure::of(EvalFailureCode::PrepareFailed))),
+                (
+                    EvalStatus::InfraFailed,
+                    Some(EvalFailure::of(EvalFailureCode::PrepareFailed))
+                ),
                 "{}：prepare 出错或 panic 都只留下 prepare/prepare_failed",
                 prepare_case.id
             );
@@ -794,11 +979,17 @@ mod protocol {
             let report = within("judge 失败的 case", run_eval_case(&judged)).await;
             assert_eq!(
                 (report.status, report.primary_failure),
-                (EvalStatus::InfraFailed, Some(EvalFailure::of(EvalFailureCode::JudgeFailed))),
+                (
+                    EvalStatus::InfraFailed,
+                    Some(EvalFailure::of(EvalFailureCode::JudgeFailed))
+                ),
                 "judge {}：只留下 judge/judge_failed",
                 if panics { "panic" } else { "出错" }
             );
-            assert!(!every_rendering(&report).contains(SECRET), "报告里不能出现 judge 的异常正文");
+            assert!(
+                !every_rendering(&report).contains(SECRET),
+                "报告里不能出现 judge 的异常正文"
+            );
             assert_eq!(
                 log_of(&log)[log_of(&log).len() - 2..],
                 steps(&["dispose", "cleanup"]),
@@ -819,7 +1010,10 @@ mod evidence {
         vec![
             system(&format!("system 里的 {SECRET}")),
             user(&format!("user 里的 {SECRET}")),
-            calls(&[("call-SECRET-91c0-a", "read"), ("call-SECRET-91c0-b", "bash")]),
+            calls(&[
+                ("call-SECRET-91c0-a", "read"),
+                ("call-SECRET-91c0-b", "bash"),
+            ]),
             result("call-SECRET-91c0-a", "read", false),
             result("call-SECRET-91c0-b", "bash", true),
             answer(&format!("答案里的 {SECRET}")),
@@ -837,9 +1031,21 @@ mod evidence {
         assert_eq!(
             (counted.messages, counted.tools, counted.checks),
             (
-                MessageCounts { system: 1, user: 1, assistant: 2, tool_result: 2 },
-                ToolCounts { calls: 2, results: 2, errors: 1 },
-                CheckCounts { passed: 2, failed: 1 },
+                MessageCounts {
+                    system: 1,
+                    user: 1,
+                    assistant: 2,
+                    tool_result: 2
+                },
+                ToolCounts {
+                    calls: 2,
+                    results: 2,
+                    errors: 1
+                },
+                CheckCounts {
+                    passed: 2,
+                    failed: 1
+                },
             ),
             "证据按角色、工具调用、结果、出错结果与检查计数"
         );
@@ -850,14 +1056,33 @@ mod evidence {
         let verdict = TaskVerdict::from_checks(&[true, true, true]);
         let (leaky, _) = case("evidence", &[path], &spec, &log, verdict);
         let report = run_eval_case(&leaky).await;
-        assert_eq!(report.status, EvalStatus::Passed, "一致的 transcript、全部检查通过");
+        assert_eq!(
+            report.status,
+            EvalStatus::Passed,
+            "一致的 transcript、全部检查通过"
+        );
         assert_eq!(
             report.evidence,
             SafeEvidence {
-                messages: MessageCounts { system: 1, user: 1, assistant: 2, tool_result: 2 },
-                tools: ToolCounts { calls: 2, results: 2, errors: 1 },
-                files: FileCounts { requested: 1, read: 1 },
-                checks: CheckCounts { passed: 3, failed: 0 },
+                messages: MessageCounts {
+                    system: 1,
+                    user: 1,
+                    assistant: 2,
+                    tool_result: 2
+                },
+                tools: ToolCounts {
+                    calls: 2,
+                    results: 2,
+                    errors: 1
+                },
+                files: FileCounts {
+                    requested: 1,
+                    read: 1
+                },
+                checks: CheckCounts {
+                    passed: 3,
+                    failed: 0
+                },
             },
             "报告的证据是活动路径、声明文件与 verdict 的计数"
         );
@@ -875,7 +1100,11 @@ mod evidence {
         report.record(EvalFailureCode::DisposeFailed);
         report.record(EvalFailureCode::CleanupFailed);
         assert_eq!(
-            (report.status, report.primary_failure, report.secondary_failures.clone()),
+            (
+                report.status,
+                report.primary_failure,
+                report.secondary_failures.clone()
+            ),
             (
                 EvalStatus::InfraFailed,
                 Some(EvalFailure::of(EvalFailureCode::CollectFailed)),
@@ -893,10 +1122,25 @@ mod evidence {
                 &["dispose", "cleanup"][..],
                 EvalStatus::TaskFailed,
                 EvalFailureCode::TaskRejected,
-                vec![EvalFailureCode::DisposeFailed, EvalFailureCode::CleanupFailed],
+                vec![
+                    EvalFailureCode::DisposeFailed,
+                    EvalFailureCode::CleanupFailed,
+                ],
             ),
-            (true, &["dispose"][..], EvalStatus::InfraFailed, EvalFailureCode::DisposeFailed, vec![]),
-            (true, &["cleanup"][..], EvalStatus::InfraFailed, EvalFailureCode::CleanupFailed, vec![]),
+            (
+                true,
+                &["dispose"][..],
+                EvalStatus::InfraFailed,
+                EvalFailureCode::DisposeFailed,
+                vec![],
+            ),
+            (
+                true,
+                &["cleanup"][..],
+                EvalStatus::InfraFailed,
+                EvalFailureCode::CleanupFailed,
+                vec![],
+            ),
         ];
         for (passes, failing, status, primary, secondary) in runs {
             let log: Log = Arc::default();
@@ -914,7 +1158,10 @@ mod evidence {
             );
             assert_eq!(
                 report.secondary_failures,
-                secondary.into_iter().map(EvalFailure::of).collect::<Vec<_>>(),
+                secondary
+                    .into_iter()
+                    .map(EvalFailure::of)
+                    .collect::<Vec<_>>(),
                 "{failing:?} 出错：后来的故障按发生顺序追加"
             );
             assert_eq!(
@@ -931,14 +1178,14 @@ mod evidence {
         let log: Log = Arc::default();
         let spec = Spec::consistent(&simple()).file("notes.md", "x");
         let (a, _) = case("a", &["notes.md"], &spec.clone().tagged("a"), &log, pass());
-        let (b, _) = case("b", &["notes.md"], &spec.clone().tagged("b"), &log, TaskVerdict::from_checks(&[false]));
-        let reports = within("整个 suite", run_eval_suite(&[a.clone(), b, a])).await;
-        let summary: Vec<(&str, EvalStatus)> = reports.iter().map(|r| (r.id.as_str(), r.status)).collect();
-        assert_eq!(
-            summary,
-            [("a", EvalStatus::Passed), ("b", EvalStatus::TaskFailed), ("a", EvalStatus::Passed)],
-            "报告按输入顺序，一个 case 一份"
+        let (b, _) = case(
+            "b",
+            &["notes.md"],
+            &spec.clone().tagged("b"),
+            &log,
+            TaskVerdict::from_checks(&[false]),
         );
+        let reports = within("整个 suite", run_eval_suite(&[a.clone(), b, a])).await;
         let expected: Vec<String> = ["a", "b", "a"]
             .iter()
             .flat_map(|tag| FULL_RUN.iter().map(move |step| format!("{tag}:{step}")))
@@ -948,16 +1195,42 @@ mod evidence {
             expected,
             "suite 串行：一个 case 收口之后下一个才 prepare，重复的 case 重新 prepare"
         );
+        let summary: Vec<(&str, EvalStatus)> =
+            reports.iter().map(|r| (r.id.as_str(), r.status)).collect();
+        assert_eq!(
+            summary,
+            [
+                ("a", EvalStatus::Passed),
+                ("b", EvalStatus::TaskFailed),
+                ("a", EvalStatus::Passed)
+            ],
+            "报告按输入顺序，一个 case 一份"
+        );
     }
 
     #[test]
     fn a_report_prints_fixed_words_and_counts() {
         let mut report = EvalReport::new("demo");
         report.evidence = SafeEvidence {
-            messages: MessageCounts { system: 1, user: 2, assistant: 3, tool_result: 4 },
-            tools: ToolCounts { calls: 4, results: 4, errors: 1 },
-            files: FileCounts { requested: 2, read: 1 },
-            checks: CheckCounts { passed: 0, failed: 0 },
+            messages: MessageCounts {
+                system: 1,
+                user: 2,
+                assistant: 3,
+                tool_result: 4,
+            },
+            tools: ToolCounts {
+                calls: 4,
+                results: 4,
+                errors: 1,
+            },
+            files: FileCounts {
+                requested: 2,
+                read: 1,
+            },
+            checks: CheckCounts {
+                passed: 0,
+                failed: 0,
+            },
         };
         report.record(EvalFailureCode::CollectFailed);
         report.record(EvalFailureCode::CleanupFailed);

@@ -110,7 +110,12 @@ fn chain(parent: Option<&str>, ids: &[&str], messages: &[AgentMessage]) -> Vec<S
             .last()
             .map(|entry| entry.id.clone())
             .or(parent.map(str::to_string));
-        entries.push(SessionEntry::message(id, up.as_deref(), 50, message.clone()));
+        entries.push(SessionEntry::message(
+            id,
+            up.as_deref(),
+            50,
+            message.clone(),
+        ));
     }
     entries
 }

@@ -472,11 +472,7 @@ async fn observe(
 }
 
 /// Lends the observation to the judge and turns its answer into the report's verdict.
-async fn judge_observation(
-    case: &EvalCase,
-    observation: EvalObservation,
-    report: &mut EvalReport,
-) {
+async fn judge_observation(case: &EvalCase, observation: EvalObservation, report: &mut EvalReport) {
     // region: Lab 14.1 judge_observation
     let judge = Arc::clone(&case.judge);
     // region: Lab 14.2 contain the judge
@@ -643,7 +639,10 @@ pub fn check_protocol(messages: &[AgentMessage]) -> Result<(), EvalFailureCode> 
                 }
                 for block in &assistant.content {
                     if let AssistantContent::ToolCall(call) = block {
-                        if calls.insert(call.id.as_str(), (call.name.as_str(), false)).is_some() {
+                        if calls
+                            .insert(call.id.as_str(), (call.name.as_str(), false))
+                            .is_some()
+                        {
                             return Err(DuplicateToolCall);
                         }
                         open += 1;
@@ -753,7 +752,11 @@ impl fmt::Display for EvalReport {
             write!(f, " · 主因 {primary}")?;
         }
         if !self.secondary_failures.is_empty() {
-            let later: Vec<String> = self.secondary_failures.iter().map(|f| f.to_string()).collect();
+            let later: Vec<String> = self
+                .secondary_failures
+                .iter()
+                .map(|f| f.to_string())
+                .collect();
             write!(f, " · 之后 {}", later.join(", "))?;
         }
         let SafeEvidence {

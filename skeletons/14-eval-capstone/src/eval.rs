@@ -393,11 +393,7 @@ async fn observe(
 }
 
 /// Lends the observation to the judge and turns its answer into the report's verdict.
-async fn judge_observation(
-    case: &EvalCase,
-    observation: EvalObservation,
-    report: &mut EvalReport,
-) {
+async fn judge_observation(case: &EvalCase, observation: EvalObservation, report: &mut EvalReport) {
     panic!("Lab 14.1 judge_observation 尚未实现")
 }
 
