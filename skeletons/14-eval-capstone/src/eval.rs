@@ -95,7 +95,7 @@ impl EvalRuntime for Runtime {
 /// Reads one declared file of the prepared workspace.
 pub type ReadFile = Box<dyn Fn(&str) -> Result<String, Fault> + Send + Sync>;
 /// Removes what `prepare` created; runs once, last.
-pub type Cleanup = Box<dyn FnOnce() -> Result<(), Fault> + Send>;
+pub type Cleanup = Box<dyn FnOnce() -> Result<(), Fault> + Send + Sync>;
 
 /// What one `prepare` call hands the runner: a fresh runtime and its files.
 pub struct PreparedEval {
