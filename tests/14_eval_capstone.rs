@@ -398,8 +398,10 @@ mod runner {
     #[tokio::test]
     async fn the_judge_sees_the_active_path_and_the_declared_files_only() {
         let log: Log = Arc::default();
+        // Built once: `assistant_message` stamps the current time.
+        let transcript = simple();
         let mut entries = vec![SessionEntry::metadata("meta", None, 5, "model", json!("m"))];
-        entries.extend(chain_below(Some("meta"), "m", &simple()));
+        entries.extend(chain_below(Some("meta"), "m", &transcript));
         entries.extend(chain_below(
             Some("m1"),
             "x",
@@ -411,7 +413,7 @@ mod runner {
         let spec = Spec {
             entries,
             leaf: Some("m2".into()),
-            result: simple(),
+            result: transcript.clone(),
             ..Spec::default()
         }
         .file("notes.md", "声明过的")
@@ -439,8 +441,7 @@ mod runner {
             "没声明的文件不进入观察值"
         );
         assert_eq!(
-            observation.result.messages,
-            simple(),
+            observation.result.messages, transcript,
             "观察值带着这次运行的结果"
         );
         assert!(
