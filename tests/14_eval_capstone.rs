@@ -533,6 +533,17 @@ mod runner {
                 "指向工作区之外的符号链接不能读"
             );
         }
+        for escaping in ["../escape.txt", "/tmp/escape.txt", ""] {
+            assert!(
+                EvalWorkspace::create(&base.0, "case-2", &[("a.txt", "甲"), (escaping, "x")])
+                    .is_err(),
+                "起始文件离开工作区或为空时必须拒绝：{escaping:?}"
+            );
+        }
+        assert!(
+            !base.0.join("escape.txt").exists() && !base.0.join("case-2").exists(),
+            "拒绝的起始文件树什么都不留下"
+        );
         assert!(
             EvalWorkspace::create(&base.0, "case-1", &[("notes/a.txt", "乙")]).is_err(),
             "已经存在的目录不是新的工作区，必须拒绝"

@@ -24,7 +24,7 @@ use std::fmt;
 use std::fs;
 use std::future::Future;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -409,9 +409,20 @@ pub struct EvalWorkspace {
 }
 
 impl EvalWorkspace {
-    /// Creates `base/name`, which must not exist yet, and writes `files` (relative paths)
-    /// into it.
+    /// Creates `base/name`, which must not exist yet, and writes `files` into it. Every file
+    /// path must be relative and stay inside (no `..`, no root).
     pub fn create(base: &Path, name: &str, files: &[(&str, &str)]) -> io::Result<Self> {
+        // Checked before anything is created: a refused tree leaves nothing behind.
+        let inside = |path: &str| {
+            let mut parts = Path::new(path).components().peekable();
+            parts.peek().is_some() && parts.all(|part| matches!(part, Component::Normal(_)))
+        };
+        if let Some((bad, _)) = files.iter().find(|(file, _)| !inside(file)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("起始文件必须是工作区里的相对路径（不含 ..）：{bad:?}"),
+            ));
+        }
         fs::create_dir_all(base)?;
         let root = base.join(name);
         // `create_dir`, not `create_dir_all`: an existing directory is somebody else's.
