@@ -246,3 +246,111 @@ impl Expect {
         TaskVerdict::from_checks(&checks)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pi_course::agent_loop::{AgentRunResult, RunReason};
+    use pi_course::session_tree::SessionEntry;
+    use pi_course::types::{assistant_message, text, StopReason, ToolCall, UserMessage};
+    use serde_json::json;
+
+    fn refusal(value: Value) -> String {
+        parse_case(&value.to_string()).expect_err("这个 case 文件必须被拒绝")
+    }
+
+    fn minimal() -> Value {
+        json!({"id": "c", "prompt": "p", "script": [{"text": "t"}],
+               "expect": {"final_text_contains": "t"}})
+    }
+
+    #[test]
+    fn case_files_are_read_strictly() {
+        let mut unknown = minimal();
+        unknown["expected"] = json!({});
+        assert!(
+            refusal(unknown).contains("不认识的字段 \"expected\""),
+            "拼错的字段名必须被点名拒绝，而不是悄悄忽略"
+        );
+        let mut both = minimal();
+        both["expect"] = json!({"files": {"a.txt": {"equals": "x", "contains": "y"}}});
+        assert!(
+            refusal(both).contains("必须恰好是 equals 或 contains 之一"),
+            "一个文件检查只能有一种比较"
+        );
+        let mut empty = minimal();
+        empty["expect"] = json!({});
+        assert!(
+            refusal(empty).contains("至少要有一项检查"),
+            "没有检查的 case 什么都证明不了"
+        );
+        let mut turn = minimal();
+        turn["script"] = json!([{"text": "t", "tool_calls": []}]);
+        assert!(
+            refusal(turn).contains("必须恰好有 text 或非空的 tool_calls 之一"),
+            "一个回合要么是文字要么是调用"
+        );
+        assert!(
+            parse_case(&minimal().to_string()).is_ok(),
+            "最小的 case 可以读"
+        );
+    }
+
+    fn observation(calls: &[&str]) -> EvalObservation {
+        let mut messages = vec![AgentMessage::User(UserMessage {
+            content: vec![text("q")],
+            timestamp: 1,
+        })];
+        for (at, name) in calls.iter().enumerate() {
+            messages.push(AgentMessage::Assistant(assistant_message(
+                vec![AssistantContent::ToolCall(ToolCall {
+                    id: format!("c{at}"),
+                    name: name.to_string(),
+                    arguments: json!({}),
+                    raw_arguments: None,
+                })],
+                StopReason::ToolUse,
+            )));
+        }
+        let mut entries: Vec<SessionEntry> = Vec::new();
+        for (at, message) in messages.iter().enumerate() {
+            let parent = entries.last().map(|entry| entry.id.clone());
+            entries.push(SessionEntry::message(
+                &format!("e{at}"),
+                parent.as_deref(),
+                1,
+                message.clone(),
+            ));
+        }
+        EvalObservation {
+            result: AgentRunResult {
+                reason: RunReason::Stop,
+                messages,
+                steps: 1,
+            },
+            entries,
+            files: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn tools_must_appear_in_order_with_others_between() {
+        let seen = observation(&["read", "bash", "edit"]);
+        for (wanted, passes) in [
+            (vec!["read", "edit"], true),
+            (vec!["read", "bash", "edit"], true),
+            (vec!["edit", "read"], false),
+            (vec!["write"], false),
+        ] {
+            let expect = Expect {
+                tools: wanted.iter().map(|name| name.to_string()).collect(),
+                ..Expect::default()
+            };
+            assert_eq!(
+                expect.judge(&seen).checks,
+                vec![passes],
+                "工具检查要求 {wanted:?} 按顺序出现在活动路径上（中间可以夹别的）"
+            );
+        }
+    }
+}
