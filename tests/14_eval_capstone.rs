@@ -1268,6 +1268,15 @@ mod evidence {
             }),
             "JSON 报告的字段与取值固定，给 CI 读"
         );
+        let mut two_later = EvalReport::new("two");
+        two_later.record(EvalFailureCode::CollectFailed);
+        two_later.record(EvalFailureCode::DisposeFailed);
+        two_later.record(EvalFailureCode::CleanupFailed);
+        assert_eq!(
+            two_later.to_string(),
+            "two infra_failed · 主因 collect/collect_failed · 之后 dispose/dispose_failed, cleanup/cleanup_failed · 消息 system 0 user 0 assistant 0 toolResult 0 · 工具 调用 0 结果 0 出错 0 · 文件 0/0 · 检查 通过 0 失败 0",
+            "几个后续故障按发生顺序列出，用逗号加空格隔开"
+        );
         let passed = EvalReport::new("ok");
         assert_eq!(
             passed.to_string(),

@@ -12,8 +12,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::input::{Input, Read};
-use crate::steering::{deliver, later_task, no_run_for_follow_up};
 use crate::render::ending_line;
+use crate::steering::{deliver, later_task, no_run_for_follow_up};
 use crate::wiring::App;
 
 /// The run ended with an error, a cut answer or the step bound.

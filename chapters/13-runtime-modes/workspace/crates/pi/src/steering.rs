@@ -53,9 +53,9 @@ pub fn deliver(control: &RuntimeControl, line: String, later: &mut VecDeque<Stri
             later.push_back(line);
         }
         Typed::Steer(text) => match control.steer(&text) {
-            Ok(()) => eprintln!(
-                "pi：插话已排队，当前这批工具调用结束后（或模型停下时）交给模型：{text}"
-            ),
+            Ok(()) => {
+                eprintln!("pi：插话已排队，当前这批工具调用结束后（或模型停下时）交给模型：{text}")
+            }
             Err(_) => {
                 eprintln!("pi：现在没有可以插话的运行，这一行留作下一个任务：{text}");
                 later.push_back(text);
@@ -67,7 +67,10 @@ pub fn deliver(control: &RuntimeControl, line: String, later: &mut VecDeque<Stri
 /// A line typed while the run is being stopped: it runs as the next task.
 pub fn later_task(line: String, later: &mut VecDeque<String>) {
     if !line.trim().is_empty() {
-        eprintln!("pi：现在没有可以插话的运行，这一行留作下一个任务：{}", line.trim());
+        eprintln!(
+            "pi：现在没有可以插话的运行，这一行留作下一个任务：{}",
+            line.trim()
+        );
         later.push_back(line);
     }
 }
@@ -76,7 +79,6 @@ pub fn later_task(line: String, later: &mut VecDeque<String>) {
 pub fn no_run_for_follow_up(text: &str) -> String {
     format!("pi：没有正在进行的运行，/followup 没有排队：{text}（直接输入它就是一个新任务）")
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -111,5 +113,4 @@ mod tests {
         );
         assert_eq!(typed_line("   "), Typed::Nothing, "空行什么都不做");
     }
-
 }

@@ -325,7 +325,10 @@ impl Parts {
                 sink(event.clone());
             }
             AgentEvent::Delivered { messages, .. } => {
-                for message in messages.iter().filter(|m| matches!(m, AgentMessage::User(_))) {
+                for message in messages
+                    .iter()
+                    .filter(|m| matches!(m, AgentMessage::User(_)))
+                {
                     eprintln!("pi：已交给模型：{}", text_of(message));
                 }
             }
@@ -335,9 +338,8 @@ impl Parts {
                 unsent: left,
                 ..
             } => {
-                let cut: Vec<String> = std::mem::take(
-                    &mut *running.lock().unwrap_or_else(PoisonError::into_inner),
-                );
+                let cut: Vec<String> =
+                    std::mem::take(&mut *running.lock().unwrap_or_else(PoisonError::into_inner));
                 for message in messages {
                     if let AgentMessage::ToolResult(result) = message {
                         if cut.contains(&result.tool_call_id) {

@@ -56,12 +56,7 @@ async fn pi(server: &MockServer, scratch: &Scratch, args: &[&str], input: &str) 
 /// pi with `task` typed first and `rest` only once that task has ended (its usage line is on
 /// stderr): a line typed while a task runs would steer it (chapter 09), and these tests are
 /// about what pi does between tasks.
-async fn pi_after_task(
-    server: &MockServer,
-    scratch: &Scratch,
-    task: &str,
-    rest: &str,
-) -> Output {
+async fn pi_after_task(server: &MockServer, scratch: &Scratch, task: &str, rest: &str) -> Output {
     let home = scratch.path().join("home");
     let work = scratch.path().join("work");
     let mut child = support::pi(&server.base_url(), &home, &work, &[])
@@ -86,10 +81,7 @@ async fn pi_after_task(
     }
     stdin.write_all(rest.as_bytes()).await.expect("能写 stdin");
     drop(stdin);
-    stderr
-        .read_to_end(&mut seen)
-        .await
-        .expect("能读完 stderr");
+    stderr.read_to_end(&mut seen).await.expect("能读完 stderr");
     let mut output = support::finish(child).await;
     output.stderr = seen;
     output

@@ -108,7 +108,11 @@ async fn a_resumed_session_sees_the_agents_md_of_now_and_only_a_change_is_patche
         "没变的说明原样留在 system message 里：{second:?}"
     );
     let third = systems(&requests[2]);
-    assert_eq!(third.len(), 1, "补丁之后模型也只看到最新的 system message：{third:?}");
+    assert_eq!(
+        third.len(),
+        1,
+        "补丁之后模型也只看到最新的 system message：{third:?}"
+    );
     assert!(
         third[0].ends_with("## AGENTS.md\n\nNew rules."),
         "改过的 AGENTS.md 在继续的会话里生效：{third:?}"
