@@ -46,6 +46,20 @@ pub const MIN_MISTAKES: usize = 12;
 /// Share of the catalogue the public tests alone must kill.
 pub const MIN_PUBLIC_KILL_RATE: f64 = 0.95;
 
+/// A state judged after the reference, in any lane: a Lab's "earlier Labs solved" state or
+/// the reference with one catalogued mistake.
+#[derive(Clone, Copy)]
+enum SideState<'c> {
+    Lab(LabId, &'c GroupSpec),
+    Mistake(&'c Mistake),
+}
+
+/// What judging a [`SideState`] gives.
+enum SideRow {
+    Lab(LabProof),
+    Mistake(MistakeRow),
+}
+
 /// Progress goes to stdout, or to stderr when stdout carries the JSON document.
 struct Progress {
     json: bool,
@@ -343,7 +357,7 @@ impl Verifier<'_> {
             leaks,
         };
 
-        let (practice_check, first_lab) =
+        let (practice_check, mut first_lab) =
             self.practice(&practice_plan, &practice, reuse.as_ref())?;
         let carried = match &practice_check.run.reused_from {
             Some(_) => "",
@@ -360,25 +374,21 @@ impl Verifier<'_> {
             reused_note(&practice_check.run)
         ));
 
+        // The first Lab was proven in the practice state (rebuild chapters); the later Labs'
+        // states and the catalogue's are all the reference with some files changed, so one
+        // pool of lanes judges them side by side.
         let mut labs = Vec::new();
-        let mut first_lab = first_lab;
+        let mut later_labs = Vec::new();
         for (lab, group) in chapter.labs() {
-            let proof = match first_lab.take() {
-                Some(proof) => proof,
-                None => self.prove_lab(chapter, lab, group)?,
-            };
-            self.say(&format!(
-                "  {} Lab {:<5}  完成之前的 Lab 后：{} 组以 {} 变红（{:.1}s）",
-                mark(proof.ok()),
-                proof.lab,
-                proof.group,
-                proof.first_red,
-                proof.seconds
-            ));
-            labs.push(proof);
+            match first_lab.take() {
+                Some(proof) => {
+                    self.say_lab(&proof);
+                    labs.push(proof);
+                }
+                None => later_labs.push(SideState::Lab(lab, group)),
+            }
         }
-
-        let mutations = self.mistakes(chapter, &reference)?;
+        let mutations = self.side_states(chapter, &reference, later_labs, &mut labs)?;
 
         let guide = self.guide(chapter, &reference, &practice)?;
         self.say(&format!(
@@ -492,6 +502,7 @@ impl Verifier<'_> {
     /// marker.
     fn prove_lab(
         &self,
+        lane: Lane,
         chapter: &Chapter,
         lab: LabId,
         group: &GroupSpec,
@@ -499,18 +510,48 @@ impl Verifier<'_> {
         let started = Instant::now();
         let plan = WorkspacePlan::new(&self.course.catalog, chapter, Solved::Before(lab));
         let state = assemble::workspace(&self.sources, &plan)?;
-        let runner = self
-            .course
-            .materialize(&format!("{}-before-{lab}", chapter.id), &state)?;
+        let runner =
+            self.course
+                .materialize_in(lane, &format!("{}-before-{lab}", chapter.id), &state)?;
         let mut proof = judge_lab(&runner, chapter, lab, group);
         proof.seconds = since(started);
         Ok(proof)
     }
 
-    /// Judges every catalogue entry, several at a time (one [`Lane`] each): a mistake's state
-    /// is the reference with one edit, so lanes never share files. Rows are printed and kept in
-    /// catalogue order whatever order they finish in.
-    fn mistakes(&self, chapter: &Chapter, reference: &Snapshot) -> Result<Mutations, Failure> {
+    fn say_lab(&self, proof: &LabProof) {
+        self.say(&format!(
+            "  {} Lab {:<5}  完成之前的 Lab 后：{} 组以 {} 变红（{:.1}s）",
+            mark(proof.ok()),
+            proof.lab,
+            proof.group,
+            proof.first_red,
+            proof.seconds
+        ));
+    }
+
+    fn say_mistake(&self, row: &MistakeRow) {
+        self.say(&format!(
+            "    {} {:<40} {:<14} {}（{:.1}s）",
+            row.killed_by.mark(),
+            row.name,
+            row.group,
+            row.detail,
+            row.seconds
+        ));
+    }
+
+    /// Judges the given Lab states, then every catalogue entry, several at a time (one
+    /// [`Lane`] each): each state is the reference with some files changed, so lanes never
+    /// share files. Lab proofs are pushed onto `labs`; rows are printed and kept in this order
+    /// whatever order they finish in. The mistakes' seconds run from the pool's start, since
+    /// the first mistakes are judged while the last Labs still are.
+    fn side_states(
+        &self,
+        chapter: &Chapter,
+        reference: &Snapshot,
+        lab_states: Vec<SideState<'_>>,
+        labs: &mut Vec<LabProof>,
+    ) -> Result<Mutations, Failure> {
         let started = Instant::now();
         let rebuild = chapter.mode() == Mode::Rebuild;
         let mut mutations = Mutations {
@@ -518,22 +559,34 @@ impl Verifier<'_> {
             public_rate: rebuild.then_some(MIN_PUBLIC_KILL_RATE),
             ..Mutations::default()
         };
+        let states: Vec<SideState> = lab_states
+            .into_iter()
+            .chain(chapter.mistakes.iter().map(SideState::Mistake))
+            .collect();
         let tests = chapter.tests();
         let next = AtomicUsize::new(0);
-        let lanes = Lane::count().min(chapter.mistakes.len()).max(1);
+        let lanes = Lane::count().min(states.len()).max(1);
         // Seeded here, before any lane builds, never while lane 0 writes `build`.
         self.course.seed_lanes(lanes)?;
-        let (sender, receiver) = mpsc::channel::<(usize, Result<MistakeRow, Failure>)>();
+        let (sender, receiver) = mpsc::channel::<(usize, Result<SideRow, Failure>)>();
         std::thread::scope(|scope| {
             for lane in 0..lanes {
                 let sender = sender.clone();
-                let (next, tests) = (&next, &tests);
+                let (next, tests, states) = (&next, &tests, &states);
                 scope.spawn(move || loop {
                     let index = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(mistake) = chapter.mistakes.get(index) else {
+                    let Some(state) = states.get(index) else {
                         break;
                     };
-                    let row = self.mistake(Lane(lane), chapter, reference, tests, mistake);
+                    let lane = Lane(lane);
+                    let row = match *state {
+                        SideState::Lab(lab, group) => {
+                            self.prove_lab(lane, chapter, lab, group).map(SideRow::Lab)
+                        }
+                        SideState::Mistake(mistake) => self
+                            .mistake(lane, chapter, reference, tests, mistake)
+                            .map(SideRow::Mistake),
+                    };
                     let failed = row.is_err();
                     if sender.send((index, row)).is_err() || failed {
                         break;
@@ -541,20 +594,22 @@ impl Verifier<'_> {
                 });
             }
             drop(sender);
-            let mut finished: BTreeMap<usize, Result<MistakeRow, Failure>> = BTreeMap::new();
+            let mut finished: BTreeMap<usize, Result<SideRow, Failure>> = BTreeMap::new();
+            let mut printed = 0;
             for (index, row) in receiver {
                 finished.insert(index, row);
-                while let Some(row) = finished.remove(&mutations.table.len()) {
-                    let row = row?;
-                    self.say(&format!(
-                        "    {} {:<40} {:<14} {}（{:.1}s）",
-                        row.killed_by.mark(),
-                        row.name,
-                        row.group,
-                        row.detail,
-                        row.seconds
-                    ));
-                    mutations.table.push(row);
+                while let Some(row) = finished.remove(&printed) {
+                    printed += 1;
+                    match row? {
+                        SideRow::Lab(proof) => {
+                            self.say_lab(&proof);
+                            labs.push(proof);
+                        }
+                        SideRow::Mistake(row) => {
+                            self.say_mistake(&row);
+                            mutations.table.push(row);
+                        }
+                    }
                 }
             }
             Ok::<(), Failure>(())
@@ -585,11 +640,12 @@ impl Verifier<'_> {
         let (killed_by, detail) = match assemble::apply_mistake(&mut snapshot, mistake) {
             Err(error) => (KilledBy::None, error.to_string()),
             Ok(()) => {
-                let runner = self.course.materialize_in(
+                let mut runner = self.course.materialize_in(
                     lane,
                     &format!("{}-mistake-{}", chapter.id, mistake.name),
                     &snapshot,
                 )?;
+                runner.all_at_once = true;
                 judge_mistake(&runner, chapter, tests, mistake)
             }
         };

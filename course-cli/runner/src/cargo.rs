@@ -88,7 +88,17 @@ pub struct CargoRunner {
     pub time_limit: Option<Duration>,
     /// Raised by another thread to abandon the running tests.
     pub cancel: Option<Cancel>,
+    /// Start every selected test at once (one libtest thread each, up to
+    /// [`MAX_TESTS_AT_ONCE`]) instead of one per core. For runs that look for a failure, not
+    /// for a green verdict (`verify` judging a catalogued mistake): a mistake that makes
+    /// several tests wait out their own timeouts then costs one wait, not several in turn.
+    /// Green verdicts keep libtest's default, the one the learner's own runs see.
+    pub all_at_once: bool,
 }
+
+/// The most test threads [`CargoRunner::all_at_once`] starts: more than any group has tests,
+/// few enough that a group of process-spawning tests cannot swamp a small machine.
+pub const MAX_TESTS_AT_ONCE: usize = 16;
 
 impl CargoRunner {
     pub fn new(workspace: PathBuf) -> Self {
@@ -98,6 +108,7 @@ impl CargoRunner {
             show_build: false,
             time_limit: time_limit_from_env(),
             cancel: None,
+            all_at_once: false,
         }
     }
 
@@ -246,7 +257,12 @@ impl CargoRunner {
             .map(|name| self.limit_of(name, groups))
             .max()
             .unwrap_or(DEFAULT_TIME_LIMIT);
-        let whole = self.run_logged(executable, filter.into_iter().collect(), whole_limit)?;
+        let threads = selected.len().clamp(1, MAX_TESTS_AT_ONCE).to_string();
+        let mut args: Vec<&str> = filter.into_iter().collect();
+        if self.all_at_once {
+            args.extend(["--test-threads", &threads]);
+        }
+        let whole = self.run_logged(executable, args, whole_limit)?;
         let clean = whole.ended_cleanly();
         selected
             .into_iter()

@@ -17,7 +17,7 @@ pub mod practice;
 pub mod process;
 pub mod spec;
 
-pub use cargo::{CargoRunner, RunError};
+pub use cargo::{CargoRunner, RunError, MAX_TESTS_AT_ONCE};
 pub use exit::Exit;
 pub use id::{ChapterId, IdError, LabId};
 pub use judge::GroupReport;
