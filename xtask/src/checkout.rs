@@ -103,13 +103,6 @@ impl Course {
         Ok(&self.scratch)
     }
 
-    /// `target/course/lint`: clippy's own target dir, so the lint of a state can run while
-    /// lane 0 builds and tests the same state in `build` (cargo locks a target dir for the
-    /// length of a build; two builds in one would take turns).
-    pub fn lint_target(&self) -> Result<PathBuf, Failure> {
-        Ok(self.claim_scratch()?.join("lint"))
-    }
-
     /// Resolves a chapter argument with the one chapter-id rule.
     pub fn chapter(&self, input: &str) -> Result<&Chapter, Failure> {
         Ok(self.catalog.resolve(input)?)

@@ -302,22 +302,7 @@ impl Verifier<'_> {
             reused_note(&reference_run)
         ));
 
-        // Held-out, the packages' tests and the lock check build in lane 0's target dir, one
-        // after another; clippy checks the same files from its own target dir meanwhile. All
-        // four read the reference's files, which stay in place until the scope ends.
-        let mut linting = runner.clone();
-        linting.target_dir = Some(self.course.lint_target()?);
-        let (held_out, lint, packages, lock) = std::thread::scope(|scope| {
-            let lint = scope.spawn(|| lint(&linting, &plan.packages));
-            let held_out = held_out_run(&runner, &held_out_target);
-            let packages = test_packages(&runner, &plan.packages);
-            let lock = self.lock(&plan, &runner);
-            let lint = lint.join().unwrap_or_else(|_| Lint {
-                clippy: Some("clippy 的线程 panic 了".to_string()),
-                ..Lint::default()
-            });
-            (held_out, lint, packages, lock)
-        });
+        let held_out = held_out_run(&runner, &held_out_target);
         self.say(&format!(
             "  {} 保留测试   {}/{}（{:.1}s）",
             mark(held_out.error.is_none() && held_out.failed.is_empty() && held_out.total > 0),
@@ -325,11 +310,15 @@ impl Verifier<'_> {
             held_out.total,
             held_out.seconds
         ));
+
+        let lint = lint(&runner, &plan.packages);
         self.say(&format!(
-            "  {} lint       clippy -D warnings 与 rustfmt（{:.1}s，与下面几步同时进行）",
+            "  {} lint       clippy -D warnings 与 rustfmt（{:.1}s）",
             mark(lint.clippy.is_none() && lint.rustfmt.is_none()),
             lint.seconds
         ));
+
+        let packages = test_packages(&runner, &plan.packages);
         if !packages.names.is_empty() {
             self.say(&format!(
                 "  {} 附带包     {}：{} 个测试通过（{:.1}s）",
@@ -339,6 +328,8 @@ impl Verifier<'_> {
                 packages.seconds
             ));
         }
+
+        let lock = self.lock(&plan, &runner);
         if let Some(file) = &lock.file {
             self.say(&format!(
                 "  {} Cargo.lock {file} 只增不改，cargo --locked 接受（{:.1}s）",
