@@ -3,6 +3,7 @@
 //! a signal becomes `control.abort()`.
 
 use std::collections::VecDeque;
+use std::io;
 use std::process::ExitCode;
 
 use pi_course::agent_loop::{AgentRunResult, RunReason};
@@ -267,7 +268,10 @@ pub async fn json_mode(mut app: App, task: &str, mut signals: Signals) -> ExitCo
     let control = runtime.control();
     let interrupter = app.interrupter();
     let mark = app.mark();
-    let mut stdout = std::io::stdout();
+    let mut stdout = JsonOut {
+        stdout: std::io::stdout(),
+        reader_gone: Some(Box::new(|| interrupter.interrupt(&control))),
+    };
     let mut fatal = None;
     let outcome = {
         let run = run_mode(&runtime, "json", task, &mut stdout);
@@ -293,6 +297,9 @@ pub async fn json_mode(mut app: App, task: &str, mut signals: Signals) -> ExitCo
             app.finish(&result, mark);
             exit_code(&result, app.max_steps())
         }
+        // The reader stopped reading (`pi --mode json … | head -3`): it has what it wanted,
+        // and the run was cut when it left. Quiet, like any Unix filter at a closed pipe.
+        Err(ModeError::Io(error)) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(ModeError::Io(error)) => {
             eprintln!("pi：写不了标准输出：{error}");
             ExitCode::from(EXIT_FAILED)
@@ -301,6 +308,39 @@ pub async fn json_mode(mut app: App, task: &str, mut signals: Signals) -> ExitCo
             eprintln!("pi：{error}");
             ExitCode::from(EXIT_FAILED)
         }
+    }
+}
+
+/// Standard output for `--mode json`. When the reader goes away, nobody sees the rest of the
+/// run, so the run is cut then (`reader_gone`) instead of going on unseen: the learner's
+/// `run_mode` reports an output error only once the run has ended.
+struct JsonOut<'a> {
+    stdout: io::Stdout,
+    reader_gone: Option<Box<dyn FnOnce() + 'a>>,
+}
+
+impl JsonOut<'_> {
+    fn watch<T>(&mut self, written: io::Result<T>) -> io::Result<T> {
+        if let Err(error) = &written {
+            if error.kind() == io::ErrorKind::BrokenPipe {
+                if let Some(cut) = self.reader_gone.take() {
+                    cut();
+                }
+            }
+        }
+        written
+    }
+}
+
+impl io::Write for JsonOut<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let written = self.stdout.write(bytes);
+        self.watch(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let flushed = self.stdout.flush();
+        self.watch(flushed)
     }
 }
 

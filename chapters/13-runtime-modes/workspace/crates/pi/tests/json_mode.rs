@@ -1,5 +1,6 @@
 //! Chapter 13: `pi --mode json -p …` writes the learner's `run_mode` JSON Lines on stdout, one
-//! object per event with the format's version, the `final` line last; stderr stays empty.
+//! object per event with the format's version, the `final` line last; stderr stays empty. A
+//! reader that leaves early cuts the run, and pi ends quietly.
 //! The real binary against openai-mock on 127.0.0.1.
 
 mod support;
@@ -9,6 +10,7 @@ use std::path::Path;
 use openai_mock::{MockServer, Reply};
 use serde_json::{json, Value};
 use support::{lines, text, Scratch};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 fn pi(server: &MockServer, dir: &Path, args: &[&str]) -> Command {
@@ -160,6 +162,58 @@ async fn a_tool_call_then_an_answer_is_one_json_line_per_event_and_final_last() 
         written.lines().count(),
         6,
         "头部 + system + 用户 + 工具调用 + 工具结果 + 回答：{written}"
+    );
+}
+
+/// A bash call that finishes only once the test creates the file `gate`.
+fn gated_call(id: &str, gate: &str) -> Reply {
+    let command = format!("until [ -e {gate} ]; do sleep 0.02; done; echo hi");
+    Reply::tool_calls(&[(id, "bash", json!({ "command": command }))])
+}
+
+#[tokio::test]
+async fn a_reader_that_stops_reading_cuts_the_run_and_pi_ends_quietly() {
+    let scratch = Scratch::new("json", "reader-gone");
+    // The second command never finishes on its own: a run that went on unseen would hang.
+    let server = MockServer::start(vec![
+        gated_call("call_first", "go"),
+        gated_call("call_second", "never"),
+    ])
+    .await
+    .expect("本地服务器应当能启动");
+    let mut child = pi(
+        &server,
+        scratch.path(),
+        &["--mode", "json", "-p", "跑两条命令"],
+    )
+    .spawn()
+    .expect("能启动 pi");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout 是管道")).lines();
+    loop {
+        let line = stdout
+            .next_line()
+            .await
+            .expect("能读 pi 的输出")
+            .expect("pi 在 tool_start 之前就关闭了输出");
+        let event: Value = serde_json::from_str(&line).expect("每一行都是 JSON");
+        if event["type"] == "tool_start" {
+            break;
+        }
+    }
+    // Like `| head` once it has its lines: the reading end closes while the command runs.
+    drop(stdout);
+    std::fs::write(scratch.path().join("go"), "").expect("能建闸门文件");
+    let output = support::finish(child).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "读的一方走了，pi 中断这次运行并以 0 退出；stderr：{}",
+        text(&output.stderr)
+    );
+    assert_eq!(
+        text(&output.stderr),
+        "",
+        "管道被读的一方关掉不是错误，stderr 不报 Broken pipe"
     );
 }
 
