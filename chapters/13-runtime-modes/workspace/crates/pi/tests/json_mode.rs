@@ -165,19 +165,22 @@ async fn a_tool_call_then_an_answer_is_one_json_line_per_event_and_final_last() 
     );
 }
 
-/// A bash call that finishes only once the test creates the file `gate`.
+/// A bash call that finishes once the test creates the file `gate` (or after a minute, so a
+/// failing test leaves no loop running).
 fn gated_call(id: &str, gate: &str) -> Reply {
-    let command = format!("until [ -e {gate} ]; do sleep 0.02; done; echo hi");
+    let command =
+        format!("for _ in $(seq 3000); do [ -e {gate} ] && break; sleep 0.02; done; echo hi");
     Reply::tool_calls(&[(id, "bash", json!({ "command": command }))])
 }
 
 #[tokio::test]
 async fn a_reader_that_stops_reading_cuts_the_run_and_pi_ends_quietly() {
     let scratch = Scratch::new("json", "reader-gone");
-    // The second command never finishes on its own: a run that went on unseen would hang.
+    // The second command outlasts the test's 30 s limit: a run that went on unseen would
+    // still be waiting for it. It ends by itself, so a failing run leaves nothing behind.
     let server = MockServer::start(vec![
         gated_call("call_first", "go"),
-        gated_call("call_second", "never"),
+        Reply::tool_calls(&[("call_second", "bash", json!({ "command": "sleep 60" }))]),
     ])
     .await
     .expect("本地服务器应当能启动");
