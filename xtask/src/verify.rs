@@ -357,7 +357,7 @@ impl Verifier<'_> {
             leaks,
         };
 
-        let (practice_check, mut first_lab) =
+        let (practice_check, first_lab) =
             self.practice(&practice_plan, &practice, reuse.as_ref())?;
         let carried = match &practice_check.run.reused_from {
             Some(_) => "",
@@ -377,17 +377,13 @@ impl Verifier<'_> {
         // The first Lab was proven in the practice state (rebuild chapters); the later Labs'
         // states and the catalogue's are all the reference with some files changed, so one
         // pool of lanes judges them side by side.
-        let mut labs = Vec::new();
-        let mut later_labs = Vec::new();
-        for (lab, group) in chapter.labs() {
-            match first_lab.take() {
-                Some(proof) => {
-                    self.say_lab(&proof);
-                    labs.push(proof);
-                }
-                None => later_labs.push(SideState::Lab(lab, group)),
-            }
-        }
+        let mut labs: Vec<LabProof> = first_lab.into_iter().collect();
+        labs.iter().for_each(|proof| self.say_lab(proof));
+        let later_labs = chapter
+            .labs()
+            .skip(labs.len())
+            .map(|(lab, group)| SideState::Lab(lab, group))
+            .collect();
         let mutations = self.side_states(chapter, &reference, later_labs, &mut labs)?;
 
         let guide = self.guide(chapter, &reference, &practice)?;
