@@ -600,7 +600,7 @@ impl Verifier<'_> {
     /// Lines keep their order whatever order the states finish in: `lane_zero` prints its own
     /// as it goes, then the pool's rows follow in Lab, then catalogue order. The mistakes'
     /// seconds run from the pool's start, since the first mistakes are judged while the last
-    /// Labs still are (and, with several lanes, while lane 0 is still on its own checks).
+    /// Labs still are.
     fn side_states<T>(
         &self,
         chapter: &Chapter,
@@ -608,6 +608,7 @@ impl Verifier<'_> {
         lab_states: Vec<SideState<'_>>,
         lane_zero: impl FnOnce() -> Result<T, Failure>,
     ) -> Result<(T, Vec<LabProof>, Mutations), Failure> {
+        let started = Instant::now();
         let rebuild = chapter.mode() == Mode::Rebuild;
         let mut mutations = Mutations {
             minimum: if rebuild { MIN_MISTAKES } else { 1 },
@@ -623,9 +624,6 @@ impl Verifier<'_> {
         let lanes = Lane::count().min(states.len()).max(1);
         // Seeded here, before any lane builds, never while lane 0 writes `build`.
         self.course.seed_lanes(lanes)?;
-        // The pool starts with the other lanes, or, when lane 0 is the only one, once it is
-        // free.
-        let mut started = Instant::now();
         let mut labs = Vec::new();
         let (sender, receiver) = mpsc::channel::<(usize, Result<SideRow, Failure>)>();
         let judged = std::thread::scope(|scope| {
@@ -662,9 +660,6 @@ impl Verifier<'_> {
                     return Err(failure);
                 }
             };
-            if lanes == 1 {
-                started = Instant::now();
-            }
             scope.spawn(worker(Lane::MAIN));
             drop(sender);
             let mut finished: BTreeMap<usize, Result<SideRow, Failure>> = BTreeMap::new();
