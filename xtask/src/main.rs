@@ -88,9 +88,6 @@ enum Command {
     },
     /// CI 全流程：fmt、clippy、cargo test、codegen --check、课程书与浏览器检查、verify
     Ci,
-    /// CI's book step on its own, as `ci` starts it beside the engine's tests.
-    #[command(hide = true)]
-    CiBook,
 }
 
 fn main() -> ExitCode {
@@ -113,7 +110,6 @@ fn main() -> ExitCode {
         Command::Mutants { chapter } => mutants::run(&chapter),
         Command::Book { check_browser } => book::run(check_browser),
         Command::Ci => ci(),
-        Command::CiBook => book::ci_step(),
     };
     match result {
         Ok(green) => Exit::from_green(green).into(),
@@ -213,20 +209,9 @@ fn snapshot(input: &str, dir: &Path, solved: Option<&str>) -> Result<bool, Failu
 fn ci() -> Result<bool, Failure> {
     let root = checkout::repo_root()?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let step = |label: &str, args: &[&str]| -> Result<bool, Failure> {
-        out::say(format!("== {label}"));
-        let status = std::process::Command::new(&cargo)
-            .args(args)
-            .current_dir(&root)
-            .status()
-            .map_err(|error| Failure(format!("无法启动 cargo：{error}")))?;
-        if !status.success() {
-            out::note(format!("CI 失败于：{label}"));
-        }
-        Ok(status.success())
-    };
-    if !step("cargo fmt --check", &["fmt", "--all", "--check"])?
-        || !step(
+    let steps: [(&str, &[&str]); 4] = [
+        ("cargo fmt --check", &["fmt", "--all", "--check"]),
+        (
             "cargo clippy -D warnings",
             &[
                 "clippy",
@@ -237,76 +222,35 @@ fn ci() -> Result<bool, Failure> {
                 "-D",
                 "warnings",
             ],
-        )?
-    {
-        return Ok(false);
+        ),
+        (
+            "cargo test --workspace",
+            &["test", "--workspace", "--locked"],
+        ),
+        (
+            "cargo xtask codegen --check",
+            &["xtask", "codegen", "--check"],
+        ),
+    ];
+    for (label, args) in steps {
+        out::say(format!("== {label}"));
+        let status = std::process::Command::new(&cargo)
+            .args(args)
+            .current_dir(&root)
+            .status()
+            .map_err(|error| Failure(format!("无法启动 cargo：{error}")))?;
+        if !status.success() {
+            out::note(format!("CI 失败于：{label}"));
+            return Ok(false);
+        }
     }
     // The book runs when mdBook and Chromium are installed (.ci/run installs both) and says
     // plainly what it skipped otherwise.
-    let book = BookBeside::start(&root)?;
-    let engine_green = step(
-        "cargo test --workspace",
-        &["test", "--workspace", "--locked"],
-    )? && step(
-        "cargo xtask codegen --check",
-        &["xtask", "codegen", "--check"],
-    )?;
-    let book_green = book.finish()?;
-    if !engine_green {
-        return Ok(false);
-    }
-    if !book_green {
+    out::say("== cargo xtask book --check-browser");
+    if !book::ci_step()? {
         out::note("CI 失败于：cargo xtask book --check-browser");
         return Ok(false);
     }
     out::say("== cargo xtask verify");
     verify::run(&[], false)
-}
-
-/// CI's book and browser check, run as a child process beside the engine's tests: it waits
-/// mostly on Chromium, they wait mostly on the processes they start, so on 2 cores the two
-/// overlap. Its output is held back and printed in one piece when it is collected, so the
-/// tests' lines and its own never interleave.
-struct BookBeside(std::thread::JoinHandle<std::io::Result<std::process::Output>>);
-
-impl BookBeside {
-    fn start(root: &Path) -> Result<Self, Failure> {
-        let xtask = std::env::current_exe()
-            .map_err(|error| Failure(format!("找不到 xtask 自身的可执行文件：{error}")))?;
-        let child = std::process::Command::new(xtask)
-            .arg("ci-book")
-            .current_dir(root)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|error| Failure(format!("无法启动课程书检查：{error}")))?;
-        // Both pipes are drained while the tests run, so a chatty check never blocks on them.
-        Ok(BookBeside(std::thread::spawn(move || {
-            child.wait_with_output()
-        })))
-    }
-
-    /// Waits for the check, prints what it said and returns whether it passed.
-    fn finish(self) -> Result<bool, Failure> {
-        out::say("== cargo xtask book --check-browser");
-        let output = self
-            .0
-            .join()
-            .map_err(|_| Failure("课程书检查的等待线程崩溃了".to_string()))?
-            .map_err(|error| Failure(format!("课程书检查无法运行：{error}")))?;
-        for (text, to_stderr) in [(&output.stdout, false), (&output.stderr, true)] {
-            let text = String::from_utf8_lossy(text);
-            let text = text.trim_end();
-            if text.is_empty() {
-                continue;
-            }
-            if to_stderr {
-                out::note(text);
-            } else {
-                out::say(text);
-            }
-        }
-        Ok(output.status.success())
-    }
 }

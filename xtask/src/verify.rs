@@ -60,24 +60,6 @@ enum SideRow {
     Mistake(MistakeRow),
 }
 
-/// What lane 0 finds about a chapter's reference and practice workspace while the other
-/// lanes judge the side states.
-struct LaneZero {
-    lint: Lint,
-    packages: Packages,
-    lock: Lock,
-    answer_free: AnswerFree,
-    practice: Practice,
-    /// A rebuild chapter's first Lab, proven in the practice workspace.
-    first_lab: Option<LabProof>,
-}
-
-/// Whether the practice workspace is also the state of the chapter's first Lab: a rebuild
-/// chapter's has no Lab solved, so it is, and the pool then starts at the second Lab.
-fn proves_first_lab(chapter: &Chapter) -> bool {
-    chapter.mode() == Mode::Rebuild
-}
-
 /// Progress goes to stdout, or to stderr when stdout carries the JSON document.
 struct Progress {
     json: bool,
@@ -329,33 +311,80 @@ impl Verifier<'_> {
             held_out.seconds
         ));
 
-        // The practice workspace exactly as `practice` writes it (assembled here, judged in
-        // lane 0 below).
+        let lint = lint(&runner, &plan.packages);
+        self.say(&format!(
+            "  {} lint       clippy -D warnings 与 rustfmt（{:.1}s）",
+            mark(lint.clippy.is_none() && lint.rustfmt.is_none()),
+            lint.seconds
+        ));
+
+        let packages = test_packages(&runner, &plan.packages);
+        if !packages.names.is_empty() {
+            self.say(&format!(
+                "  {} 附带包     {}：{} 个测试通过（{:.1}s）",
+                mark(packages.failure.is_none()),
+                packages.names.join("、"),
+                packages.passed,
+                packages.seconds
+            ));
+        }
+
+        let lock = self.lock(&plan, &runner);
+        if let Some(file) = &lock.file {
+            self.say(&format!(
+                "  {} Cargo.lock {file} 只增不改，cargo --locked 接受（{:.1}s）",
+                mark(lock.problems.is_empty()),
+                lock.seconds
+            ));
+        }
+
+        // The practice workspace exactly as `practice` writes it.
         let practice_plan = WorkspacePlan::new(catalog, chapter, Solved::Nothing);
         let practice = handout(&self.sources, &practice_plan)?;
+        let leaks = assemble::answer_leaks(&self.sources, chapter, &practice)?;
+        self.say(&format!(
+            "  {} 无答案     练习目录 {} 个文件{}",
+            mark(leaks.is_empty()),
+            practice.len(),
+            if leaks.is_empty() {
+                String::new()
+            } else {
+                format!("：{}", leaks.join("；"))
+            }
+        ));
+        let answer_free = AnswerFree {
+            files: practice.len(),
+            leaks,
+        };
 
-        // The later Labs' states and the catalogue's are all the reference with some files
-        // changed, so a pool of lanes judges them side by side. Lane 0 holds the reference
-        // and then the practice workspace, so it first finishes the checks of those two
-        // while the other lanes start on the pool.
+        let (practice_check, first_lab) =
+            self.practice(&practice_plan, &practice, reuse.as_ref())?;
+        let carried = match &practice_check.run.reused_from {
+            Some(_) => "",
+            None => "之前各章保持绿色；",
+        };
+        self.say(&format!(
+            "  {} 练习目录   {carried}练习目录里的 cargo xtask test 给出同样的结论（{:.1}s）{}",
+            mark(
+                practice_check.run.groups.iter().all(|g| g.green)
+                    && practice_check.run.errors.is_empty()
+                    && practice_check.command.is_none()
+            ),
+            practice_check.run.seconds,
+            reused_note(&practice_check.run)
+        ));
+
+        // The first Lab was proven in the practice state (rebuild chapters); the later Labs'
+        // states and the catalogue's are all the reference with some files changed, so one
+        // pool of lanes judges them side by side.
+        let mut labs: Vec<LabProof> = first_lab.into_iter().collect();
+        labs.iter().for_each(|proof| self.say_lab(proof));
         let later_labs = chapter
             .labs()
-            .skip(usize::from(proves_first_lab(chapter)))
+            .skip(labs.len())
             .map(|(lab, group)| SideState::Lab(lab, group))
             .collect();
-        let (lane_zero, later_proofs, mutations) =
-            self.side_states(chapter, &reference, later_labs, || {
-                self.lane_zero(&plan, &runner, &practice_plan, &practice, reuse.as_ref())
-            })?;
-        let LaneZero {
-            lint,
-            packages,
-            lock,
-            answer_free,
-            practice: practice_check,
-            first_lab,
-        } = lane_zero;
-        let labs: Vec<LabProof> = first_lab.into_iter().chain(later_proofs).collect();
+        let mutations = self.side_states(chapter, &reference, later_labs, &mut labs)?;
 
         let guide = self.guide(chapter, &reference, &practice)?;
         self.say(&format!(
@@ -381,89 +410,6 @@ impl Verifier<'_> {
             self.say(&format!("  ✗ {problem}"));
         }
         Ok(report)
-    }
-
-    /// Lane 0's share of a chapter, after the reference run: lint, the packages' tests and
-    /// the lock file on the reference, then the practice workspace (and, for a rebuild
-    /// chapter, the first Lab's proof in it). Its lines are printed as each step ends.
-    fn lane_zero(
-        &self,
-        plan: &WorkspacePlan,
-        runner: &CargoRunner,
-        practice_plan: &WorkspacePlan,
-        practice: &Snapshot,
-        reuse: Option<&Reuse>,
-    ) -> Result<LaneZero, Failure> {
-        let chapter = plan.chapter;
-        let lint = lint(runner, &plan.packages);
-        self.say(&format!(
-            "  {} lint       clippy -D warnings 与 rustfmt（{:.1}s）",
-            mark(lint.clippy.is_none() && lint.rustfmt.is_none()),
-            lint.seconds
-        ));
-
-        let packages = test_packages(runner, &plan.packages);
-        if !packages.names.is_empty() {
-            self.say(&format!(
-                "  {} 附带包     {}：{} 个测试通过（{:.1}s）",
-                mark(packages.failure.is_none()),
-                packages.names.join("、"),
-                packages.passed,
-                packages.seconds
-            ));
-        }
-
-        let lock = self.lock(plan, runner);
-        if let Some(file) = &lock.file {
-            self.say(&format!(
-                "  {} Cargo.lock {file} 只增不改，cargo --locked 接受（{:.1}s）",
-                mark(lock.problems.is_empty()),
-                lock.seconds
-            ));
-        }
-
-        let leaks = assemble::answer_leaks(&self.sources, chapter, practice)?;
-        self.say(&format!(
-            "  {} 无答案     练习目录 {} 个文件{}",
-            mark(leaks.is_empty()),
-            practice.len(),
-            if leaks.is_empty() {
-                String::new()
-            } else {
-                format!("：{}", leaks.join("；"))
-            }
-        ));
-        let answer_free = AnswerFree {
-            files: practice.len(),
-            leaks,
-        };
-
-        let (practice, first_lab) = self.practice(practice_plan, practice, reuse)?;
-        let carried = match &practice.run.reused_from {
-            Some(_) => "",
-            None => "之前各章保持绿色；",
-        };
-        self.say(&format!(
-            "  {} 练习目录   {carried}练习目录里的 cargo xtask test 给出同样的结论（{:.1}s）{}",
-            mark(
-                practice.run.groups.iter().all(|g| g.green)
-                    && practice.run.errors.is_empty()
-                    && practice.command.is_none()
-            ),
-            practice.run.seconds,
-            reused_note(&practice.run)
-        ));
-        if let Some(proof) = &first_lab {
-            self.say_lab(proof);
-        }
-        Ok(LaneZero {
-            lint,
-            packages,
-            lock,
-            answer_free,
-            practice,
-            first_lab,
-        })
     }
 
     /// The member set's lock: a superset of the previous member set's with no version changed,
@@ -519,13 +465,11 @@ impl Verifier<'_> {
         // its own groups are what is new here.
         // A chapter that only adds modules stubs nothing earlier code can reach: the carried
         // chapters' verdicts are the predecessor's reference verdicts.
-        let must_be_green: Vec<&Chapter> = match (chapter.mode(), reuse) {
-            (Mode::Observe, _) => vec![chapter],
-            (Mode::Rebuild, Some(_)) => Vec::new(),
-            (Mode::Rebuild, None) => plan.carried().collect(),
+        let (must_be_green, own_red): (Vec<&Chapter>, bool) = match (chapter.mode(), reuse) {
+            (Mode::Observe, _) => (vec![chapter], false),
+            (Mode::Rebuild, Some(_)) => (Vec::new(), true),
+            (Mode::Rebuild, None) => (plan.carried().collect(), true),
         };
-        // A rebuild chapter's own groups are red here, on its first Lab.
-        let own_red = proves_first_lab(chapter);
         let own = [chapter.test_target()];
         let extra: Vec<&str> = if own_red {
             own.iter().map(String::as_str).collect()
@@ -594,20 +538,16 @@ impl Verifier<'_> {
 
     /// Judges the given Lab states, then every catalogue entry, several at a time (one
     /// [`Lane`] each): each state is the reference with some files changed, so lanes never
-    /// share files. Lane 0 first runs `lane_zero` (the checks that need the reference and
-    /// practice workspaces it holds) on this thread, then joins the pool.
-    ///
-    /// Lines keep their order whatever order the states finish in: `lane_zero` prints its own
-    /// as it goes, then the pool's rows follow in Lab, then catalogue order. The mistakes'
-    /// seconds run from the pool's start, since the first mistakes are judged while the last
-    /// Labs still are.
-    fn side_states<T>(
+    /// share files. Lab proofs are pushed onto `labs`; rows are printed and kept in this order
+    /// whatever order they finish in. The mistakes' seconds run from the pool's start, since
+    /// the first mistakes are judged while the last Labs still are.
+    fn side_states(
         &self,
         chapter: &Chapter,
         reference: &Snapshot,
         lab_states: Vec<SideState<'_>>,
-        lane_zero: impl FnOnce() -> Result<T, Failure>,
-    ) -> Result<(T, Vec<LabProof>, Mutations), Failure> {
+        labs: &mut Vec<LabProof>,
+    ) -> Result<Mutations, Failure> {
         let started = Instant::now();
         let rebuild = chapter.mode() == Mode::Rebuild;
         let mut mutations = Mutations {
@@ -624,17 +564,17 @@ impl Verifier<'_> {
         let lanes = Lane::count().min(states.len()).max(1);
         // Seeded here, before any lane builds, never while lane 0 writes `build`.
         self.course.seed_lanes(lanes)?;
-        let mut labs = Vec::new();
         let (sender, receiver) = mpsc::channel::<(usize, Result<SideRow, Failure>)>();
-        let judged = std::thread::scope(|scope| {
-            let worker = |lane: Lane| {
+        std::thread::scope(|scope| {
+            for lane in 0..lanes {
                 let sender = sender.clone();
                 let (next, tests, states) = (&next, &tests, &states);
-                move || loop {
+                scope.spawn(move || loop {
                     let index = next.fetch_add(1, Ordering::Relaxed);
                     let Some(state) = states.get(index) else {
                         break;
                     };
+                    let lane = Lane(lane);
                     let row = match *state {
                         SideState::Lab(lab, group) => {
                             self.prove_lab(lane, chapter, lab, group).map(SideRow::Lab)
@@ -647,20 +587,8 @@ impl Verifier<'_> {
                     if sender.send((index, row)).is_err() || failed {
                         break;
                     }
-                }
-            };
-            for lane in 1..lanes {
-                scope.spawn(worker(Lane(lane)));
+                });
             }
-            let own = match lane_zero() {
-                Ok(own) => own,
-                Err(failure) => {
-                    // No state is taken after this; those already started finish.
-                    next.store(states.len(), Ordering::Relaxed);
-                    return Err(failure);
-                }
-            };
-            scope.spawn(worker(Lane::MAIN));
             drop(sender);
             let mut finished: BTreeMap<usize, Result<SideRow, Failure>> = BTreeMap::new();
             let mut printed = 0;
@@ -680,9 +608,8 @@ impl Verifier<'_> {
                     }
                 }
             }
-            Ok::<T, Failure>(own)
-        });
-        let own = judged?;
+            Ok::<(), Failure>(())
+        })?;
         mutations.seconds = since(started);
         let total = mutations.table.len();
         self.say(&format!(
@@ -692,7 +619,7 @@ impl Verifier<'_> {
             mutations.killed(),
             mutations.seconds
         ));
-        Ok((own, labs, mutations))
+        Ok(mutations)
     }
 
     /// One catalogue entry: the reference with the mistake applied, judged in `lane`.
