@@ -95,6 +95,28 @@ fn no_chapter_carries_a_derived_file() {
     }
 }
 
+/// The learner crate's reference sources carry no unit tests: a chapter's tests are its
+/// acceptance and held-out files under `tests/`, the ones the learner runs and the guide counts.
+/// `verify`'s lint build relies on it and leaves the library's unit-test harness out.
+#[test]
+fn learner_sources_carry_no_unit_tests() {
+    for entry in std::fs::read_dir(repo().join("chapters")).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for (path, text) in sources(&src) {
+            for marker in ["#[cfg(test)]", "#[test]"] {
+                assert!(
+                    !text.contains(marker),
+                    "{}/{path} has {marker}: the learner crate's tests belong in tests/",
+                    src.display()
+                );
+            }
+        }
+    }
+}
+
 /// Source files below `dir`, as (path relative to `dir`, text).
 fn sources(dir: &Path) -> Vec<(String, String)> {
     let mut found: Vec<(String, String)> = walkdir::WalkDir::new(dir)

@@ -15,6 +15,7 @@
 //! the first Lab.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
@@ -282,14 +283,30 @@ impl Verifier<'_> {
         let plan = WorkspacePlan::new(catalog, chapter, Solved::All);
         let mut reference = assemble::workspace(&self.sources, &plan)?;
         add_held_out(&self.sources, &plan, &mut reference)?;
-        let runner = self
+        let mut runner = self
             .course
             .materialize(&format!("{id}-reference"), &reference)?;
+        runner.member_compiler = Some(clippy_driver());
         let held_out_target = held_out_target(chapter);
         let judged: &[&Chapter] = match reuse {
             Some(_) => &[chapter],
             None => &plan.chain,
         };
+
+        // First the state's one build, through clippy-driver: the lint, and every target the
+        // runs below need.
+        let own_targets = [chapter.test_target(), held_out_target.clone()];
+        let scope = match reuse {
+            Some(_) => LintScope::Own(&own_targets),
+            None => LintScope::Chain,
+        };
+        let lint = lint(&runner, &scope, &plan.packages);
+        self.say(&format!(
+            "  {} lint       clippy -D warnings 与 rustfmt，同时构建本章要运行的目标（{:.1}s）",
+            mark(lint.clippy.is_none() && lint.rustfmt.is_none()),
+            lint.seconds
+        ));
+
         let mut reference_run = green_run(&runner, judged, &[held_out_target.as_str()]);
         if let Some(reuse) = &reuse {
             reuse.apply_to(&mut reference_run);
@@ -309,13 +326,6 @@ impl Verifier<'_> {
             held_out.passed,
             held_out.total,
             held_out.seconds
-        ));
-
-        let lint = lint(&runner, &plan.packages);
-        self.say(&format!(
-            "  {} lint       clippy -D warnings 与 rustfmt（{:.1}s）",
-            mark(lint.clippy.is_none() && lint.rustfmt.is_none()),
-            lint.seconds
         ));
 
         let packages = test_packages(&runner, &plan.packages);
@@ -776,22 +786,68 @@ fn test_packages(runner: &CargoRunner, names: &[String]) -> Packages {
     packages
 }
 
+/// Which of the learner crate's targets the lint build covers. Neither asks for the
+/// library's unit-test harness: the learner crate has no unit tests (a tidy test keeps it so),
+/// and the library itself is built, and linted, for the test targets that use it.
+enum LintScope<'a> {
+    /// Every test target and binary: the chapter proves its whole chain.
+    Chain,
+    /// These test targets only (the chapter's own and its held-out tests): the chapter only
+    /// adds modules, so the earlier chapters' tests see the code they were linted against in
+    /// the chapter whose verdicts it reuses.
+    Own(&'a [String]),
+}
+
 /// clippy `-D warnings` (learner crate and added packages) and rustfmt on the reference.
-fn lint(runner: &CargoRunner, packages: &[String]) -> Lint {
+///
+/// The clippy half is the reference state's own test build: `runner` compiles the workspace
+/// members through clippy-driver ([`CargoRunner::member_compiler`]), which lints them on the
+/// way, and the green run, the held-out run and the packages' tests that follow find every
+/// target built. Any warning refuses, as `-D warnings` would; cargo replays a fresh target's
+/// warnings, so a target built earlier is judged too.
+fn lint(runner: &CargoRunner, scope: &LintScope, packages: &[String]) -> Lint {
     let started = Instant::now();
     let mut lint = Lint::default();
-    let mut clippy = runner.command("clippy");
-    clippy.args(["--quiet", "-p", LEARNER_PACKAGE]);
-    for name in packages {
-        clippy.args(["-p", name]);
+    let mut builds = Vec::new();
+    let mut learner = runner.command("test");
+    learner.args(["-p", LEARNER_PACKAGE]);
+    match scope {
+        LintScope::Chain => {
+            learner.args(["--bins", "--examples", "--test", "*"]);
+        }
+        LintScope::Own(targets) => {
+            for target in *targets {
+                learner.args(["--test", target]);
+            }
+        }
     }
-    match clippy
-        .args(["--all-targets", "--", "-D", "warnings"])
-        .output()
-    {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => lint.clippy = Some(first_lines(&String::from_utf8_lossy(&output.stderr), 12)),
-        Err(error) => lint.clippy = Some(format!("无法运行：{error}")),
+    builds.push(learner);
+    if !packages.is_empty() {
+        let mut added = runner.command("test");
+        for name in packages {
+            added.args(["-p", name]);
+        }
+        added.arg("--all-targets");
+        builds.push(added);
+    }
+    let mut findings = Vec::new();
+    for mut build in builds {
+        match build
+            .args(["--no-run", "--quiet", "--message-format=json"])
+            .output()
+        {
+            Ok(output) => {
+                let diagnostics = member_diagnostics(&String::from_utf8_lossy(&output.stdout));
+                if diagnostics.is_empty() && !output.status.success() {
+                    findings.push(String::from_utf8_lossy(&output.stderr).into_owned());
+                }
+                findings.extend(diagnostics);
+            }
+            Err(error) => findings.push(format!("无法运行：{error}")),
+        }
+    }
+    if !findings.is_empty() {
+        lint.clippy = Some(first_lines(&findings.join("\n"), 12));
     }
     match runner.plain("fmt").args(["--all", "--check"]).output() {
         Ok(output) if output.status.success() => {}
@@ -802,6 +858,40 @@ fn lint(runner: &CargoRunner, packages: &[String]) -> Lint {
     }
     lint.seconds = since(started);
     lint
+}
+
+/// The rendered warnings and errors in cargo's `--message-format=json` output. Only the
+/// workspace members can have any: cargo caps the lints of dependencies.
+fn member_diagnostics(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-message")
+        .filter(|message| {
+            matches!(
+                message["message"]["level"].as_str(),
+                Some("warning" | "error")
+            )
+        })
+        .filter_map(|message| message["message"]["rendered"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The toolchain's clippy-driver: beside the cargo running this xtask (cargo tells the
+/// programs it runs where it is, in `CARGO`), so it matches the rustc that compiles the
+/// dependencies; else whichever `clippy-driver` is on the PATH.
+fn clippy_driver() -> PathBuf {
+    let beside_cargo = std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .and_then(|cargo| {
+            Some(
+                cargo
+                    .parent()?
+                    .join(format!("clippy-driver{}", std::env::consts::EXE_SUFFIX)),
+            )
+        })
+        .filter(|driver| driver.is_file());
+    beside_cargo.unwrap_or_else(|| PathBuf::from("clippy-driver"))
 }
 
 /// The workspace's own `cargo xtask test NN --group <first>` runs and tells the same story;
@@ -921,5 +1011,34 @@ fn judge_mistake(
                 mistake.group, mistake.expect
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::member_diagnostics;
+
+    /// Lines as cargo prints them with `--message-format=json`, shortened.
+    const BUILD_OUTPUT: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/pi-course#0.1.0","target":{"name":"pi_course"},"fresh":false}
+{"reason":"compiler-message","package_id":"path+file:///w/pi-course#0.1.0","target":{"name":"14_eval_capstone"},"message":{"level":"warning","code":{"code":"clippy::clone_on_copy"},"rendered":"warning: using `clone` on type `u8` which implements the `Copy` trait\n"}}
+{"reason":"compiler-message","package_id":"path+file:///w/pi#0.1.0","target":{"name":"pi"},"message":{"level":"note","code":null,"rendered":"note: a note alone refuses nothing\n"}}
+{"reason":"compiler-message","package_id":"path+file:///w/pi#0.1.0","target":{"name":"pi"},"message":{"level":"error","code":{"code":"E0308"},"rendered":"error[E0308]: mismatched types\n"}}
+not json: cargo's own words on stderr never reach stdout, but a stray line must not stop the scan
+{"reason":"build-finished","success":false}"#;
+
+    #[test]
+    fn warnings_and_errors_refuse_and_nothing_else_does() {
+        assert_eq!(
+            member_diagnostics(BUILD_OUTPUT),
+            [
+                "warning: using `clone` on type `u8` which implements the `Copy` trait\n",
+                "error[E0308]: mismatched types\n",
+            ],
+            "the lint build refuses on each warning or error a member's compile reports, as clippy -D warnings does"
+        );
+        assert!(
+            member_diagnostics(r#"{"reason":"build-finished","success":true}"#).is_empty(),
+            "a clean build has no finding"
+        );
     }
 }

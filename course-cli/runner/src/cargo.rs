@@ -94,6 +94,11 @@ pub struct CargoRunner {
     /// several tests wait out their own timeouts then costs one wait, not several in turn.
     /// Green verdicts keep libtest's default, the one the learner's own runs see.
     pub all_at_once: bool,
+    /// Compiles the workspace members through this program (`RUSTC_WORKSPACE_WRAPPER`);
+    /// dependencies still go to plain rustc. `verify` gives its reference state clippy-driver,
+    /// so the build its tests need is also the lint, instead of a second front-end pass in
+    /// `cargo clippy`'s separate check artifacts.
+    pub member_compiler: Option<PathBuf>,
 }
 
 /// The most test threads [`CargoRunner::all_at_once`] starts: more than any group has tests,
@@ -109,6 +114,7 @@ impl CargoRunner {
             time_limit: time_limit_from_env(),
             cancel: None,
             all_at_once: false,
+            member_compiler: None,
         }
     }
 
@@ -123,6 +129,9 @@ impl CargoRunner {
         }
         // A learner's RUSTFLAGS (say `-D warnings`) must not decide the course's verdicts.
         command.env_remove("RUSTFLAGS");
+        if let Some(wrapper) = &self.member_compiler {
+            command.env("RUSTC_WORKSPACE_WRAPPER", wrapper);
+        }
         command
     }
 
