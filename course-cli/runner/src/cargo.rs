@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::judge::GroupReport;
 use crate::libtest::{failure_output, parse_log, parse_test_list, TestOutcome, Verdict};
-use crate::process::{run_bounded, Cancel, Ending, Finished, Status};
+use crate::process::{is_running, run_bounded, Cancel, Ending, Finished, Status};
 use crate::spec::{ChapterTests, GroupSpec, LEARNER_PACKAGE};
 
 /// How long a test binary may run without a single test finishing before its process group
@@ -402,10 +402,12 @@ impl LogFile {
     fn create() -> std::io::Result<Self> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        static SWEEP: std::sync::Once = std::sync::Once::new();
         let dir = std::env::temp_dir();
+        SWEEP.call_once(|| sweep_orphaned_logs(&dir, ORPHAN_AGE));
         loop {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(format!("course-verdicts-{}-{n}.log", std::process::id()));
+            let path = dir.join(format!("{LOG_PREFIX}{}-{n}.log", std::process::id()));
             match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -425,6 +427,46 @@ impl Drop for LogFile {
     }
 }
 
+/// Verdict logs are `course-verdicts-<pid>-<n>.log` in the temp dir.
+const LOG_PREFIX: &str = "course-verdicts-";
+
+/// How old a dead judge's log must be before another judge removes it: far longer than any
+/// run, so a log whose writer only looks dead (it lives in another PID namespace, a
+/// container sharing /tmp) is never taken from under it.
+const ORPHAN_AGE: Duration = Duration::from_secs(60 * 60);
+
+/// Removes the verdict logs in `dir` that killed judges left behind: a log is removed on
+/// drop, which SIGKILL skips. Only logs whose process is gone and that are older than `age`.
+fn sweep_orphaned_logs(dir: &Path, age: Duration) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(owner) = entry.file_name().to_str().and_then(log_owner) else {
+            continue;
+        };
+        let old = entry
+            .metadata()
+            .and_then(|metadata| metadata.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_some_and(|elapsed| elapsed >= age);
+        if old && !is_running(owner) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The pid in a verdict log's name; `None` for any other file.
+fn log_owner(name: &str) -> Option<u32> {
+    let (pid, n) = name
+        .strip_prefix(LOG_PREFIX)?
+        .strip_suffix(".log")?
+        .split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
 /// The executable of test target `target` in cargo's JSON messages.
 fn executable_of(messages: &str, target: &str) -> Option<PathBuf> {
     messages.lines().find_map(|line| {
@@ -437,6 +479,47 @@ fn executable_of(messages: &str, target: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn only_old_logs_of_gone_processes_are_swept() {
+        let dir = std::env::temp_dir().join(format!("course-sweep-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut finished = Command::new("true").spawn().unwrap();
+        let gone = finished.id();
+        finished.wait().unwrap();
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 60 * 60);
+        let write = |name: &str, old: bool| {
+            let file = std::fs::File::create(dir.join(name)).unwrap();
+            if old {
+                file.set_modified(hour_ago).unwrap();
+            }
+        };
+        write(&format!("course-verdicts-{gone}-0.log"), true);
+        write(&format!("course-verdicts-{gone}-1.log"), false);
+        write(
+            &format!("course-verdicts-{}-0.log", std::process::id()),
+            true,
+        );
+        write(&format!("course-verdicts-{gone}.log"), true);
+        sweep_orphaned_logs(&dir, ORPHAN_AGE);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mut expected = vec![
+            format!("course-verdicts-{gone}-1.log"),
+            format!("course-verdicts-{gone}.log"),
+            format!("course-verdicts-{}-0.log", std::process::id()),
+        ];
+        expected.sort();
+        assert_eq!(
+            left, expected,
+            "只清理进程已经不在、且超过一小时的判定日志；正在运行的和刚写的都留着，名字不对的文件不碰"
+        );
+    }
 
     fn group(name: &str, timeout: Option<u64>) -> GroupSpec {
         GroupSpec {

@@ -253,6 +253,28 @@ impl Drop for Group {
     }
 }
 
+/// Whether a process with this id exists. Where that cannot be asked (not unix), or for an
+/// id kill(2) would read as a group, the answer is yes: callers only ever act on a no.
+pub fn is_running(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return true;
+        };
+        if pid <= 0 {
+            return true;
+        }
+        // SAFETY: kill(2) with signal 0 sends nothing; it only reports whether `pid` exists.
+        let result = unsafe { libc::kill(pid, 0) };
+        result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
 /// Makes `command`'s process its own group leader that dies with its parent.
 fn isolate(command: &mut Command) {
     #[cfg(unix)]
