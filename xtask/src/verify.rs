@@ -295,12 +295,12 @@ impl Verifier<'_> {
 
         // First the state's one build, through clippy-driver: the lint, and every target the
         // runs below need.
-        let own_targets = [chapter.test_target(), held_out_target.clone()];
-        let scope = match reuse {
-            Some(_) => LintScope::Own(&own_targets),
-            None => LintScope::Chain,
-        };
-        let lint = lint(&runner, &scope, &plan.packages);
+        let learner_targets: Vec<String> = judged
+            .iter()
+            .map(|step| step.test_target())
+            .chain([held_out_target.clone()])
+            .collect();
+        let lint = lint(&runner, &learner_targets, &plan.packages);
         self.say(&format!(
             "  {} lint       clippy -D warnings 与 rustfmt，同时构建本章要运行的目标（{:.1}s）",
             mark(lint.clippy.is_none() && lint.rustfmt.is_none()),
@@ -786,18 +786,6 @@ fn test_packages(runner: &CargoRunner, names: &[String]) -> Packages {
     packages
 }
 
-/// Which of the learner crate's targets the lint build covers. Neither asks for the
-/// library's unit-test harness: the learner crate has no unit tests (a tidy test keeps it so),
-/// and the library itself is built, and linted, for the test targets that use it.
-enum LintScope<'a> {
-    /// Every test target and binary: the chapter proves its whole chain.
-    Chain,
-    /// These test targets only (the chapter's own and its held-out tests): the chapter only
-    /// adds modules, so the earlier chapters' tests see the code they were linted against in
-    /// the chapter whose verdicts it reuses.
-    Own(&'a [String]),
-}
-
 /// clippy `-D warnings` (learner crate and added packages) and rustfmt on the reference.
 ///
 /// The clippy half is the reference state's own test build: `runner` compiles the workspace
@@ -805,23 +793,20 @@ enum LintScope<'a> {
 /// way, and the green run, the held-out run and the packages' tests that follow find every
 /// target built. Any warning refuses, as `-D warnings` would; cargo replays a fresh target's
 /// warnings, so a target built earlier is judged too.
-fn lint(runner: &CargoRunner, scope: &LintScope, packages: &[String]) -> Lint {
+///
+/// The learner crate's targets are the ones the reference runs (`learner_targets`), and its
+/// library with them. Not the library's unit-test harness: the learner crate has no unit
+/// tests (a tidy test keeps it so). Not the earlier chapters' held-out tests: they were run
+/// and linted in their own chapter, and nothing runs them here.
+fn lint(runner: &CargoRunner, learner_targets: &[String], packages: &[String]) -> Lint {
     let started = Instant::now();
     let mut lint = Lint::default();
-    let mut builds = Vec::new();
     let mut learner = runner.command("test");
     learner.args(["-p", LEARNER_PACKAGE]);
-    match scope {
-        LintScope::Chain => {
-            learner.args(["--bins", "--examples", "--test", "*"]);
-        }
-        LintScope::Own(targets) => {
-            for target in *targets {
-                learner.args(["--test", target]);
-            }
-        }
+    for target in learner_targets {
+        learner.args(["--test", target]);
     }
-    builds.push(learner);
+    let mut builds = vec![learner];
     if !packages.is_empty() {
         let mut added = runner.command("test");
         for name in packages {
