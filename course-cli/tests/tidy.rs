@@ -117,6 +117,54 @@ fn learner_sources_carry_no_unit_tests() {
     }
 }
 
+/// The added packages (`crates/<name>` in chapter overlays) have no doctests: every code fence
+/// in their doc comments names a language other than Rust. `verify` tests them with
+/// `--all-targets`, which leaves rustdoc out; a doctest would go unrun there.
+#[test]
+fn added_packages_have_no_doctests() {
+    const RUST_FENCES: [&str; 6] = [
+        "rust",
+        "ignore",
+        "no_run",
+        "should_panic",
+        "compile_fail",
+        "test_harness",
+    ];
+    for entry in std::fs::read_dir(repo().join("chapters")).unwrap() {
+        let crates = entry.unwrap().path().join("workspace/crates");
+        if !crates.is_dir() {
+            continue;
+        }
+        for (path, text) in sources(&crates) {
+            let mut inside = false;
+            for (index, line) in text.lines().enumerate() {
+                let trimmed = line.trim_start();
+                let Some(doc) = trimmed
+                    .strip_prefix("///")
+                    .or_else(|| trimmed.strip_prefix("//!"))
+                else {
+                    continue;
+                };
+                let Some(info) = doc.trim().strip_prefix("```") else {
+                    continue;
+                };
+                if !inside {
+                    let language = info.split(',').next().unwrap_or_default().trim();
+                    assert!(
+                        !language.is_empty()
+                            && !RUST_FENCES.contains(&language)
+                            && !language.starts_with("edition"),
+                        "{}/{path}:{}: a Rust doctest in an added package; name the fence's language (```text) or move the example into a test",
+                        crates.display(),
+                        index + 1
+                    );
+                }
+                inside = !inside;
+            }
+        }
+    }
+}
+
 /// Source files below `dir`, as (path relative to `dir`, text).
 fn sources(dir: &Path) -> Vec<(String, String)> {
     let mut found: Vec<(String, String)> = walkdir::WalkDir::new(dir)

@@ -770,6 +770,9 @@ fn test_packages(runner: &CargoRunner, names: &[String]) -> Packages {
     for name in names {
         command.args(["-p", name]);
     }
+    // The lint build's targets, so nothing builds again; no rustdoc run, since the added
+    // packages have no doctests (a tidy test keeps it so).
+    command.arg("--all-targets");
     match command.output() {
         Ok(output) => {
             packages.passed = parse_test_run(&String::from_utf8_lossy(&output.stdout))
