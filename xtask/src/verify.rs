@@ -286,7 +286,7 @@ impl Verifier<'_> {
         let mut runner = self
             .course
             .materialize(&format!("{id}-reference"), &reference)?;
-        runner.member_compiler = Some(clippy_driver());
+        runner.member_compiler = clippy_driver();
         let held_out_target = held_out_target(chapter);
         let judged: &[&Chapter] = match reuse {
             Some(_) => &[chapter],
@@ -819,6 +819,13 @@ fn lint(runner: &CargoRunner, learner_targets: &[String], packages: &[String]) -
         builds.push(added);
     }
     let mut findings = Vec::new();
+    if runner.member_compiler.is_none() {
+        // The runs below build the targets plainly and judge them all the same.
+        findings.push(
+            "找不到 clippy-driver，无法 lint：先运行 rustup component add clippy".to_string(),
+        );
+        builds.clear();
+    }
     for mut build in builds {
         match build
             .args(["--no-run", "--quiet", "--message-format=json"])
@@ -867,19 +874,19 @@ fn member_diagnostics(stdout: &str) -> Vec<String> {
 
 /// The toolchain's clippy-driver: beside the cargo running this xtask (cargo tells the
 /// programs it runs where it is, in `CARGO`), so it matches the rustc that compiles the
-/// dependencies; else whichever `clippy-driver` is on the PATH.
-fn clippy_driver() -> PathBuf {
-    let beside_cargo = std::env::var_os("CARGO")
-        .map(PathBuf::from)
-        .and_then(|cargo| {
-            Some(
-                cargo
-                    .parent()?
-                    .join(format!("clippy-driver{}", std::env::consts::EXE_SUFFIX)),
-            )
-        })
-        .filter(|driver| driver.is_file());
-    beside_cargo.unwrap_or_else(|| PathBuf::from("clippy-driver"))
+/// dependencies; else the first on the PATH; `None` when clippy is not installed.
+fn clippy_driver() -> Option<PathBuf> {
+    let file = format!("clippy-driver{}", std::env::consts::EXE_SUFFIX);
+    let cargo_dir = std::env::var_os("CARGO")
+        .and_then(|cargo| Some(PathBuf::from(cargo).parent()?.to_path_buf()));
+    let path_dirs = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default();
+    cargo_dir
+        .into_iter()
+        .chain(path_dirs)
+        .map(|dir| dir.join(&file))
+        .find(|driver| driver.is_file())
 }
 
 /// The workspace's own `cargo xtask test NN --group <first>` runs and tells the same story;
