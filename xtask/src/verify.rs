@@ -1,13 +1,14 @@
 //! `cargo xtask verify [NN…] [--json]`: prove every chapter, the way rustlings' `dev check`
 //! and CodeCrafters' course checks do.
 //!
-//! Per chapter N: reference N passes every group of its chain with the exact counts; N's
-//! held-out tests pass; clippy and rustfmt are clean; the packages the workspace carries pass
-//! their own tests; an overlay's `Cargo.lock` extends the previous one and cargo accepts it;
-//! the practice workspace holds no region body of N, keeps carried chapters green and its own
-//! `cargo xtask test` says so; for every Lab k, the workspace with Labs before k solved is
-//! green on those Labs and red on exactly `Lab N.k`; every entry of N's mistake catalogue is
-//! killed; the guide meets the learning contract.
+//! Per chapter N: clippy (riding on the reference's own build) and rustfmt are clean;
+//! reference N passes every group of its chain with the exact counts; N's held-out tests
+//! pass; the packages the workspace carries pass their own tests; an overlay's `Cargo.lock`
+//! extends the previous one and cargo accepts it; the practice workspace holds no region body
+//! of N, keeps carried chapters green and its own `cargo xtask test` says so; for every Lab k,
+//! the workspace with Labs before k solved is green on those Labs and red on exactly
+//! `Lab N.k`; every entry of N's mistake catalogue is killed; the guide meets the learning
+//! contract.
 //!
 //! The results are typed ([`crate::verdict`]); the verdict and every problem line derive from
 //! them. Each state is materialised once and each of its test targets is built in one cargo
@@ -804,6 +805,35 @@ fn test_packages(runner: &CargoRunner, names: &[String]) -> Packages {
 fn lint(runner: &CargoRunner, learner_targets: &[String], packages: &[String]) -> Lint {
     let started = Instant::now();
     let mut lint = Lint::default();
+    let findings = match runner.member_compiler {
+        Some(_) => lint_build(runner, learner_targets, packages),
+        // The runs that follow build the targets plainly and judge them all the same.
+        None => {
+            vec!["找不到 clippy-driver，无法 lint：先运行 rustup component add clippy".to_string()]
+        }
+    };
+    if !findings.is_empty() {
+        lint.clippy = Some(first_lines(&findings.join("\n"), 12));
+    }
+    match runner.plain("fmt").args(["--all", "--check"]).output() {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => {
+            lint.rustfmt = Some(first_lines(&String::from_utf8_lossy(&output.stdout), 12))
+        }
+        Err(error) => lint.rustfmt = Some(format!("无法运行：{error}")),
+    }
+    lint.seconds = since(started);
+    lint
+}
+
+/// The build [`lint`] judges, in two cargo calls: the learner crate's targets, then the added
+/// packages' (`--all-targets`, the ones their tests need). What refuses: each member
+/// diagnostic, or cargo's own error when it failed without one.
+fn lint_build(
+    runner: &CargoRunner,
+    learner_targets: &[String],
+    packages: &[String],
+) -> Vec<String> {
     let mut learner = runner.command("test");
     learner.args(["-p", LEARNER_PACKAGE]);
     for target in learner_targets {
@@ -819,13 +849,6 @@ fn lint(runner: &CargoRunner, learner_targets: &[String], packages: &[String]) -
         builds.push(added);
     }
     let mut findings = Vec::new();
-    if runner.member_compiler.is_none() {
-        // The runs below build the targets plainly and judge them all the same.
-        findings.push(
-            "找不到 clippy-driver，无法 lint：先运行 rustup component add clippy".to_string(),
-        );
-        builds.clear();
-    }
     for mut build in builds {
         match build
             .args(["--no-run", "--quiet", "--message-format=json"])
@@ -841,18 +864,7 @@ fn lint(runner: &CargoRunner, learner_targets: &[String], packages: &[String]) -
             Err(error) => findings.push(format!("无法运行：{error}")),
         }
     }
-    if !findings.is_empty() {
-        lint.clippy = Some(first_lines(&findings.join("\n"), 12));
-    }
-    match runner.plain("fmt").args(["--all", "--check"]).output() {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => {
-            lint.rustfmt = Some(first_lines(&String::from_utf8_lossy(&output.stdout), 12))
-        }
-        Err(error) => lint.rustfmt = Some(format!("无法运行：{error}")),
-    }
-    lint.seconds = since(started);
-    lint
+    findings
 }
 
 /// The rendered warnings and errors in cargo's `--message-format=json` output. Only the
