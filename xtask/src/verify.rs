@@ -308,7 +308,7 @@ impl Verifier<'_> {
             lint.seconds
         ));
 
-        let mut reference_run = green_run(&runner, judged, &[held_out_target.as_str()]);
+        let mut reference_run = green_run(&runner, judged);
         if let Some(reuse) = &reuse {
             reuse.apply_to(&mut reference_run);
         }
@@ -481,13 +481,13 @@ impl Verifier<'_> {
             (Mode::Rebuild, Some(_)) => (Vec::new(), true),
             (Mode::Rebuild, None) => (plan.carried().collect(), true),
         };
-        let own = [chapter.test_target()];
-        let extra: Vec<&str> = if own_red {
-            own.iter().map(String::as_str).collect()
-        } else {
-            Vec::new()
-        };
-        let mut run = green_run(&runner, &must_be_green, &extra);
+        let targets: Vec<String> = must_be_green
+            .iter()
+            .map(|step| step.test_target())
+            .chain(own_red.then(|| chapter.test_target()))
+            .collect();
+        prebuild(&runner, &targets);
+        let mut run = green_run(&runner, &must_be_green);
         if let Some(reuse) = reuse {
             reuse.apply_to(&mut run);
         }
@@ -699,16 +699,11 @@ impl Verifier<'_> {
     }
 }
 
-/// Builds every test target the state needs in one cargo call — cargo compiles them in
-/// parallel — then judges each chapter's groups from its built binary.
-fn green_run(runner: &CargoRunner, chapters: &[&Chapter], extra_targets: &[&str]) -> GreenRun {
+/// Judges each chapter's groups from its test binary, built beforehand with the state's other
+/// targets in one cargo call ([`prebuild`], or the reference's lint build), so cargo compiled
+/// them in parallel; a target not built yet is built here.
+fn green_run(runner: &CargoRunner, chapters: &[&Chapter]) -> GreenRun {
     let started = Instant::now();
-    let targets: Vec<String> = chapters
-        .iter()
-        .map(|step| step.test_target())
-        .chain(extra_targets.iter().map(|target| target.to_string()))
-        .collect();
-    prebuild(runner, &targets);
     let mut run = GreenRun::default();
     for step in chapters {
         let id = step.id.to_string();
@@ -805,13 +800,14 @@ fn test_packages(runner: &CargoRunner, names: &[String]) -> Packages {
 fn lint(runner: &CargoRunner, learner_targets: &[String], packages: &[String]) -> Lint {
     let started = Instant::now();
     let mut lint = Lint::default();
-    let findings = match runner.member_compiler {
-        Some(_) => lint_build(runner, learner_targets, packages),
-        // The runs that follow build the targets plainly and judge them all the same.
-        None => {
-            vec!["找不到 clippy-driver，无法 lint：先运行 rustup component add clippy".to_string()]
-        }
-    };
+    let mut findings = lint_build(runner, learner_targets, packages);
+    if runner.member_compiler.is_none() {
+        // The build above was plain rustc: the state's build all the same, but no lint.
+        findings.insert(
+            0,
+            "找不到 clippy-driver，无法 lint：先运行 rustup component add clippy".to_string(),
+        );
+    }
     if !findings.is_empty() {
         lint.clippy = Some(first_lines(&findings.join("\n"), 12));
     }
@@ -826,7 +822,7 @@ fn lint(runner: &CargoRunner, learner_targets: &[String], packages: &[String]) -
     lint
 }
 
-/// The build [`lint`] judges, in two cargo calls: the learner crate's targets, then the added
+/// The reference state's one build, which [`lint`] judges, in two cargo calls: the learner crate's targets, then the added
 /// packages' (`--all-targets`, the ones their tests need). What refuses: each member
 /// diagnostic, or cargo's own error when it failed without one.
 fn lint_build(
