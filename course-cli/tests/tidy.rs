@@ -100,11 +100,7 @@ fn no_chapter_carries_a_derived_file() {
 /// `verify`'s lint build relies on it and leaves the library's unit-test harness out.
 #[test]
 fn learner_sources_carry_no_unit_tests() {
-    for entry in std::fs::read_dir(repo().join("chapters")).unwrap() {
-        let src = entry.unwrap().path().join("src");
-        if !src.is_dir() {
-            continue;
-        }
+    for src in chapter_dirs("src") {
         for (path, text) in sources(&src) {
             for marker in ["#[cfg(test)]", "#[test]"] {
                 assert!(
@@ -130,11 +126,7 @@ fn added_packages_have_no_doctests() {
         "compile_fail",
         "test_harness",
     ];
-    for entry in std::fs::read_dir(repo().join("chapters")).unwrap() {
-        let crates = entry.unwrap().path().join("workspace/crates");
-        if !crates.is_dir() {
-            continue;
-        }
+    for crates in chapter_dirs("workspace/crates") {
         for (path, text) in sources(&crates) {
             let mut inside = false;
             for (index, line) in text.lines().enumerate() {
@@ -145,7 +137,11 @@ fn added_packages_have_no_doctests() {
                 else {
                     continue;
                 };
-                let Some(info) = doc.trim().strip_prefix("```") else {
+                let fence = doc.trim();
+                let Some(info) = fence
+                    .strip_prefix("```")
+                    .or_else(|| fence.strip_prefix("~~~"))
+                else {
                     continue;
                 };
                 if !inside {
@@ -163,6 +159,17 @@ fn added_packages_have_no_doctests() {
             }
         }
     }
+}
+
+/// `chapters/<chapter>/<sub>` for each chapter that has it.
+fn chapter_dirs(sub: &str) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(repo().join("chapters"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join(sub))
+        .filter(|dir| dir.is_dir())
+        .collect();
+    found.sort();
+    found
 }
 
 /// Source files below `dir`, as (path relative to `dir`, text).
