@@ -488,11 +488,11 @@ mod tests {
         let mut finished = Command::new("true").spawn().unwrap();
         let gone = finished.id();
         finished.wait().unwrap();
-        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 60 * 60);
+        let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 60 * 60);
         let write = |name: &str, old: bool| {
             let file = std::fs::File::create(dir.join(name)).unwrap();
             if old {
-                file.set_modified(hour_ago).unwrap();
+                file.set_modified(two_hours_ago).unwrap();
             }
         };
         write(&format!("course-verdicts-{gone}-0.log"), true);
